@@ -1,0 +1,134 @@
+"""Plain records of what a cluster reports: scheduler state, log lines and GPU metrics.
+
+These are the shapes every telemetry source produces (the simulated cluster, a Slurm controller's
+snapshot, Loki, files, Prometheus) and every detector consumes. Pure Python: no Django, no I/O.
+The vocabulary is Slurm's, because that is what operators read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    """Slurm job states (squeue's ``job_state``)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    NODE_FAIL = "NODE_FAIL"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    PREEMPTED = "PREEMPTED"
+
+
+# States after which a job (this attempt of it) no longer runs.
+TERMINAL_JOB_STATES = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.NODE_FAIL,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.OUT_OF_MEMORY,
+        JobState.PREEMPTED,
+    }
+)
+
+
+class NodeState(StrEnum):
+    """Slurm node states as sinfo reports them (base state, with drain shown explicitly)."""
+
+    IDLE = "IDLE"
+    ALLOCATED = "ALLOCATED"
+    MIXED = "MIXED"
+    COMPLETING = "COMPLETING"
+    DOWN = "DOWN"
+    DRAINING = "DRAINING"
+    DRAINED = "DRAINED"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as the scheduler reports it at one moment.
+
+    ``job_id`` is Slurm's id as text: ``"1234"``, or ``"1234_7"`` for task 7 of array 1234, so
+    each array task is its own job. ``restart_count`` is Slurm's ``restart_cnt``: a requeue keeps
+    the job id and adds one, so (job_id, restart_count) names one attempt.
+    """
+
+    job_id: str
+    name: str
+    state: JobState
+    partition: str
+    nodes: tuple[str, ...] = ()
+    restart_count: int = 0
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+    comment: str = ""
+    excluded_nodes: tuple[str, ...] = ()
+    held: bool = False
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_JOB_STATES
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One node as the scheduler reports it."""
+
+    name: str
+    state: NodeState
+    reason: str = ""
+    gpus: int = 0
+    partitions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything the scheduler reported at ``taken_at``."""
+
+    taken_at: datetime
+    jobs: tuple[JobRecord, ...]
+    nodes: tuple[NodeRecord, ...]
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of output, exactly as written, with where it came from.
+
+    ``job_id`` is set for a job's own output (``slurm-%j.out``); ``host`` is set for a node's
+    system log (kernel messages such as NVRM Xid lines), which belongs to no job.
+    """
+
+    at: datetime
+    text: str
+    job_id: str | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class MetricSample:
+    """One DCGM-exporter gauge for one GPU, as a scrape would return it.
+
+    ``name`` is the exporter's metric name (``DCGM_FI_DEV_SM_CLOCK`` ...); ``job_id`` is the
+    ``hpc_job`` label when the GPU is allocated to a job.
+    """
+
+    at: datetime
+    host: str
+    gpu: int
+    name: str
+    value: float
+    job_id: str | None = None
