@@ -7,9 +7,10 @@ The vocabulary is Slurm's, because that is what operators read.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 
 class JobState(StrEnum):
@@ -132,3 +133,77 @@ class MetricSample:
     name: str
     value: float
     job_id: str | None = None
+
+
+def snapshot_to_json(snapshot: ClusterSnapshot) -> dict[str, object]:
+    """A JSON-ready dict (times as ISO 8601), for task arguments and the Advisor API."""
+    return {
+        "taken_at": snapshot.taken_at.isoformat(),
+        "jobs": [_record_to_json(job) for job in snapshot.jobs],
+        "nodes": [_record_to_json(node) for node in snapshot.nodes],
+    }
+
+
+def snapshot_from_json(data: dict[str, Any]) -> ClusterSnapshot:
+    """Parse what ``snapshot_to_json`` wrote; a malformed document raises ``ValueError``."""
+    try:
+        return ClusterSnapshot(
+            taken_at=_parse_time(data["taken_at"]),
+            jobs=tuple(_job_from_json(job) for job in data.get("jobs", ())),
+            nodes=tuple(_node_from_json(node) for node in data.get("nodes", ())),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed snapshot: {exc!r}") from exc
+
+
+def _record_to_json(record: JobRecord | NodeRecord) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for name, value in asdict(record).items():
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[name] = value
+    return out
+
+
+def _job_from_json(data: dict[str, Any]) -> JobRecord:
+    times = {k: _parse_time(data.get(k)) for k in ("submit_time", "start_time", "end_time")}
+    return JobRecord(
+        job_id=str(data["job_id"]),
+        name=str(data.get("name", "")),
+        state=JobState(data["state"]),
+        partition=str(data.get("partition", "")),
+        nodes=tuple(str(n) for n in data.get("nodes", ())),
+        restart_count=int(data.get("restart_count", 0)),
+        exit_code=_optional_int(data.get("exit_code")),
+        signal=_optional_int(data.get("signal")),
+        reason=str(data.get("reason", "")),
+        comment=str(data.get("comment", "")),
+        excluded_nodes=tuple(str(n) for n in data.get("excluded_nodes", ())),
+        held=bool(data.get("held", False)),
+        **times,
+    )
+
+
+def _node_from_json(data: dict[str, Any]) -> NodeRecord:
+    return NodeRecord(
+        name=str(data["name"]),
+        state=NodeState(data["state"]),
+        reason=str(data.get("reason", "")),
+        gpus=int(data.get("gpus", 0)),
+        partitions=tuple(str(p) for p in data.get("partitions", ())),
+    )
+
+
+def _parse_time(value: object) -> Any:
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(str(value))
+    if parsed.tzinfo is None:
+        raise ValueError(f"time {value!r} has no timezone")
+    return parsed
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]

@@ -1,0 +1,43 @@
+"""Small live-update events, sent to the console's websocket groups after the commit.
+
+Pages re-fetch the partial an event names, so permission checks stay in the views.
+"""
+
+from typing import Literal, TypedDict
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+
+class WorkloadsChanged(TypedDict):
+    type: Literal["workloads.changed"]
+    cluster: int
+    workloads: list[int]
+
+
+def cluster_group(cluster_id: int) -> str:
+    return f"cluster.{cluster_id}"
+
+
+def workload_group(workload_id: int) -> str:
+    return f"workload.{workload_id}"
+
+
+def send_workloads_changed(cluster_id: int, workload_ids: list[int]) -> None:
+    """Tell open pages of this cluster and of each workload that attempts changed."""
+    event: WorkloadsChanged = {
+        "type": "workloads.changed",
+        "cluster": cluster_id,
+        "workloads": workload_ids,
+    }
+    groups = [cluster_group(cluster_id)] + [workload_group(pk) for pk in workload_ids]
+    transaction.on_commit(lambda: _send(groups, event))
+
+
+def _send(groups: list[str], event: WorkloadsChanged) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    for group in groups:
+        async_to_sync(layer.group_send)(group, dict(event))

@@ -1,0 +1,215 @@
+"""Settings, read from the environment.
+
+With nothing set, the console runs embedded: SQLite, tasks run in-process, an in-memory channel
+layer and the simulated cluster. Production and the tests set ``DATABASE_URL`` (MySQL/MariaDB)
+and ``REDIS_URL`` (Celery broker and the Channels layer). A bad value stops start-up with a
+message that names the variable.
+"""
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+
+def env_bool(name: str, default: bool) -> bool:
+    """A boolean variable; anything but a clear yes or no is refused."""
+    raw = env.str(name, default="").strip().lower()
+    if not raw:
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true or false)")
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env.str(name, default=default).strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def env_secret(name: str, default: str = "") -> str:
+    """A secret from ``NAME``, or from the file named by ``NAME_FILE`` (Docker/Kubernetes)."""
+    path = env.str(f"{name}_FILE", default="")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {exc}") from exc
+    return env.str(name, default=default)
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    """Django's DATABASES entry for a ``sqlite://`` or ``mysql://`` URL, or a clear refusal."""
+    scheme = urlsplit(url).scheme
+    if scheme not in {"sqlite", "mysql"} or "://" not in url:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL={url!r} is not understood: use sqlite:///path or "
+            "mysql://user:password@host:port/name"
+        )
+    config: dict[str, object] = dict(env.db_url_config(url))
+    if not config.get("NAME"):
+        raise ImproperlyConfigured(f"DATABASE_URL={url!r} names no database")
+    if scheme == "sqlite":
+        # IMMEDIATE: a transaction takes the write lock when it starts, so two writers queue
+        # instead of one failing half-way (the audit chain appends under that lock).
+        config["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
+        return config
+    options = dict(config.get("OPTIONS") or {})  # type: ignore[call-overload]
+    options.setdefault("charset", "utf8mb4")
+    options.setdefault("init_command", "SET sql_mode='STRICT_TRANS_TABLES'")
+    config["OPTIONS"] = options
+    config["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+    config["CONN_MAX_AGE"] = 60
+    config["CONN_HEALTH_CHECKS"] = True
+    return config
+
+
+DEBUG = env_bool("DEBUG", default=True)
+SECRET_KEY = env_secret("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("SECRET_KEY (or SECRET_KEY_FILE) must be set when DEBUG is off")
+    SECRET_KEY = "embedded-default-insecure-key-do-not-use-in-production"  # noqa: S105
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_celery_beat",
+    "channels",
+    "recovery_console",
+    "detection",
+    "remediation",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "recovery_console.urls"
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "recovery_console.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_from_url(env.str("DATABASE_URL", default="sqlite:///db.sqlite3"))}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    name = Path(str(DATABASES["default"]["NAME"]))
+    DATABASES["default"]["NAME"] = name if name.is_absolute() else BASE_DIR / name
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Redis carries Celery's queue and the Channels layer in production; empty means embedded.
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL and urlsplit(REDIS_URL).scheme not in {"redis", "rediss", "unix"}:
+    raise ImproperlyConfigured(f"REDIS_URL={REDIS_URL!r} is not a redis:// URL")
+
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=not REDIS_URL)
+if not CELERY_TASK_ALWAYS_EAGER and not REDIS_URL:
+    raise ImproperlyConfigured("CELERY_TASK_ALWAYS_EAGER=false needs REDIS_URL for the broker")
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = REDIS_URL or None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = "UTC"
+
+CHANNEL_LAYER = env_choice(
+    "CHANNEL_LAYER", default="redis" if REDIS_URL else "memory", choices=("memory", "redis")
+)
+if CHANNEL_LAYER == "redis":
+    if not REDIS_URL:
+        raise ImproperlyConfigured("CHANNEL_LAYER=redis needs REDIS_URL")
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CLUSTER_BACKEND = env_choice("CLUSTER_BACKEND", default="simulated", choices=("simulated", "slurm"))
+# Where the simulated cluster writes its jobs' output files and nodes' system logs.
+SIMULATOR_OUTPUT_DIR = Path(env.str("SIMULATOR_OUTPUT_DIR", default=str(BASE_DIR / "var" / "sim")))
+DETECTION_POLL_SECONDS = env.float("DETECTION_POLL_SECONDS", default=5.0)
+if DETECTION_POLL_SECONDS <= 0:
+    raise ImproperlyConfigured("DETECTION_POLL_SECONDS must be positive")
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "PAGE_SIZE": 100,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Recovery Console API",
+    "DESCRIPTION": "Workloads, attempts, anomalies, advice, nodes and the audit trail.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}
