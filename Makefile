@@ -31,5 +31,5 @@ test: env
 check: env
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy .
+	$(VENV)/bin/mypy
 	$(PY) manage.py makemigrations --check --dry-run

@@ -41,7 +41,7 @@ def record(
             workload=workload,
             attempt=attempt,
             verb=verb,
-            object_type=obj._meta.model_name if obj is not None else "",
+            object_type=(obj._meta.model_name or "") if obj is not None else "",
             object_id=str(obj.pk) if obj is not None else "",
             # A JSON round trip now, so the hash covers exactly what the database returns.
             payload=json.loads(json.dumps(payload or {}, default=str)),

@@ -8,7 +8,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from .events import cluster_group, workload_group
 
 
-class GroupConsumer(AsyncWebsocketConsumer):
+class GroupConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     """Joins one group named from the URL and forwards each event to the browser as JSON."""
 
     group_of: Any = None  # a function of the id in the URL

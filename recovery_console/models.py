@@ -48,6 +48,10 @@ class Cluster(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.full_clean()
+        super().save(*args, **kwargs)
+
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
         if self.mode not in ClusterMode.values:
@@ -61,10 +65,6 @@ class Cluster(models.Model):
         errors.update(_connection_problems(self.telemetry, self.scheduler))
         if errors:
             raise ValidationError(errors)
-
-    def save(self, *args: Any, **kwargs: Any) -> None:
-        self.full_clean()
-        super().save(*args, **kwargs)
 
     @property
     def backend(self) -> str:
@@ -170,16 +170,16 @@ class Attempt(models.Model):
     def __str__(self) -> str:
         return f"job {self.job_id} attempt {self.attempt_index}"
 
-    @property
-    def has_ended(self) -> bool:
-        return self.state in ENDED_ATTEMPT_STATES
-
     def save(self, *args: Any, **kwargs: Any) -> None:
         if self.pk is not None:
             stored = Attempt.objects.filter(pk=self.pk).values_list("state", flat=True).first()
             if stored in ENDED_ATTEMPT_STATES:
                 raise AttemptIsHistory(f"{self} has ended ({stored}); it cannot be rewritten")
         super().save(*args, **kwargs)
+
+    @property
+    def has_ended(self) -> bool:
+        return self.state in ENDED_ATTEMPT_STATES
 
 
 NODE_STATE_CHOICES = [(s.value, s.value) for s in NodeState]

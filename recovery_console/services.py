@@ -227,9 +227,10 @@ def _copy_job(attempt: Attempt, job: JobRecord, seen_at: datetime) -> None:
 
 
 def _attempt_payload(attempt: Attempt) -> dict[str, Any]:
-    return json.loads(
+    payload: dict[str, Any] = json.loads(
         json.dumps({f: getattr(attempt, f) for f in ATTEMPT_FIELDS}, default=_isoformat)
     )
+    return payload
 
 
 def _isoformat(value: object) -> str:

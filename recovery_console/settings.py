@@ -30,7 +30,7 @@ def env_bool(name: str, default: bool) -> bool:
 
 
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
-    value = env.str(name, default=default).strip().lower()
+    value = str(env.str(name, default=default)).strip().lower()
     if value not in choices:
         raise ImproperlyConfigured(f"{name}={value!r} is not one of {', '.join(choices)}")
     return value
@@ -44,7 +44,7 @@ def env_secret(name: str, default: str = "") -> str:
             return Path(path).read_text().strip()
         except OSError as exc:
             raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {exc}") from exc
-    return env.str(name, default=default)
+    return str(env.str(name, default=default))
 
 
 def database_from_url(url: str) -> dict[str, object]:

@@ -22,16 +22,29 @@ print(json.dumps({
     "backend": settings.CLUSTER_BACKEND,
 }))
 """
-VARIABLES = ("DATABASE_URL", "REDIS_URL", "CELERY_TASK_ALWAYS_EAGER", "CHANNEL_LAYER",
-             "CLUSTER_BACKEND", "DEBUG", "SECRET_KEY", "SECRET_KEY_FILE")
+VARIABLES = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "CELERY_TASK_ALWAYS_EAGER",
+    "CHANNEL_LAYER",
+    "CLUSTER_BACKEND",
+    "DEBUG",
+    "SECRET_KEY",
+    "SECRET_KEY_FILE",
+)
 
 
 def start(**env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
     clean["DJANGO_SETTINGS_MODULE"] = "recovery_console.settings"
     return subprocess.run(
-        [sys.executable, "-c", PROBE], env=clean | env, cwd=ROOT, capture_output=True,
-        text=True, timeout=60, check=False,
+        [sys.executable, "-c", PROBE],
+        env=clean | env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -73,11 +86,17 @@ def test_the_secret_key_can_come_from_a_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"DATABASE_URL": "mysql//no-scheme-separator"}, "DATABASE_URL='mysql//no-scheme-separator' is not understood"),
+        (
+            {"DATABASE_URL": "mysql//no-scheme-separator"},
+            "DATABASE_URL='mysql//no-scheme-separator' is not understood",
+        ),
         ({"DATABASE_URL": "postgres://db/x"}, "DATABASE_URL='postgres://db/x' is not understood"),
         ({"DATABASE_URL": "mysql://u:p@127.0.0.1:3306/"}, "names no database"),
         ({"REDIS_URL": "http://127.0.0.1:6379"}, "is not a redis:// URL"),
-        ({"CELERY_TASK_ALWAYS_EAGER": "maybe"}, "CELERY_TASK_ALWAYS_EAGER='maybe' is not a boolean"),
+        (
+            {"CELERY_TASK_ALWAYS_EAGER": "maybe"},
+            "CELERY_TASK_ALWAYS_EAGER='maybe' is not a boolean",
+        ),
         ({"CELERY_TASK_ALWAYS_EAGER": "false"}, "needs REDIS_URL"),
         ({"CHANNEL_LAYER": "kafka"}, "CHANNEL_LAYER='kafka' is not one of memory, redis"),
         ({"CLUSTER_BACKEND": "pbs"}, "CLUSTER_BACKEND='pbs' is not one of simulated, slurm"),

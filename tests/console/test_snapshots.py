@@ -34,15 +34,24 @@ def test_a_new_job_becomes_an_attempt_of_the_workload_named_in_its_comment(clust
 
 
 def test_without_a_tag_attempts_are_grouped_by_job_name(cluster) -> None:
-    report(cluster, JobRecordFactory(job_id="1", name="gpt-13b"), JobRecordFactory(job_id="2", name="gpt-13b"))
+    report(
+        cluster,
+        JobRecordFactory(job_id="1", name="gpt-13b"),
+        JobRecordFactory(job_id="2", name="gpt-13b"),
+    )
     assert Workload.objects.get().attempts.count() == 2
 
 
 def test_a_failed_attempt_ends_and_interrupts_its_workload(cluster) -> None:
     job = JobRecordFactory(job_id="700")
     report(cluster, job)
-    failed = replace(job, state=JobState.FAILED, exit_code=1, reason="NonZeroExitCode",
-                     end_time=T0 + timedelta(minutes=5))
+    failed = replace(
+        job,
+        state=JobState.FAILED,
+        exit_code=1,
+        reason="NonZeroExitCode",
+        end_time=T0 + timedelta(minutes=5),
+    )
     result = report(cluster, failed, at=T0 + timedelta(minutes=5))
     attempt = Attempt.objects.get()
     assert (attempt.state, attempt.exit_code, attempt.ended_at) == ("FAILED", 1, failed.end_time)
@@ -55,9 +64,17 @@ def test_a_failed_attempt_ends_and_interrupts_its_workload(cluster) -> None:
 def test_a_requeue_adds_an_attempt_and_never_rewrites_the_failed_one(cluster) -> None:
     job = JobRecordFactory(job_id="700")
     report(cluster, replace(job, state=JobState.NODE_FAIL, end_time=T0, reason="NodeFail"))
-    report(cluster, replace(job, state=JobState.RUNNING, restart_count=1,
-                            nodes=("gpu-node-003", "gpu-node-004"), excluded_nodes=("gpu-node-001",)),
-           at=T0 + timedelta(minutes=2))
+    report(
+        cluster,
+        replace(
+            job,
+            state=JobState.RUNNING,
+            restart_count=1,
+            nodes=("gpu-node-003", "gpu-node-004"),
+            excluded_nodes=("gpu-node-001",),
+        ),
+        at=T0 + timedelta(minutes=2),
+    )
     first, second = Attempt.objects.order_by("attempt_index")
     assert (first.state, first.nodes) == ("NODE_FAIL", ["gpu-node-001", "gpu-node-002"])
     assert (second.state, second.excluded_nodes) == ("RUNNING", ["gpu-node-001"])
@@ -67,8 +84,11 @@ def test_a_requeue_adds_an_attempt_and_never_rewrites_the_failed_one(cluster) ->
 def test_a_requeue_we_never_saw_end_closes_the_earlier_attempt_as_requeued(cluster) -> None:
     job = JobRecordFactory(job_id="700")
     report(cluster, job)
-    report(cluster, replace(job, state=JobState.PENDING, restart_count=1, held=True),
-           at=T0 + timedelta(seconds=30))
+    report(
+        cluster,
+        replace(job, state=JobState.PENDING, restart_count=1, held=True),
+        at=T0 + timedelta(seconds=30),
+    )
     first = Attempt.objects.get(attempt_index=0)
     assert (first.state, first.ended_at) == ("REQUEUED", T0 + timedelta(seconds=30))
 
@@ -109,5 +129,9 @@ def test_node_state_changes_are_recorded_with_their_reason(cluster) -> None:
 
 
 def test_array_tasks_are_attempts_of_their_own(cluster) -> None:
-    report(cluster, JobRecordFactory(job_id="900_1", name="sweep"), JobRecordFactory(job_id="900_2", name="sweep"))
+    report(
+        cluster,
+        JobRecordFactory(job_id="900_1", name="sweep"),
+        JobRecordFactory(job_id="900_2", name="sweep"),
+    )
     assert sorted(Attempt.objects.values_list("job_id", flat=True)) == ["900_1", "900_2"]

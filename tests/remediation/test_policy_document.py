@@ -17,7 +17,10 @@ def test_an_empty_document_gives_the_defaults() -> None:
 
 def test_a_partition_overrides_only_what_it_names() -> None:
     policy = parse_policy(
-        {"max_retries_per_root_cause": 5, "partitions": {"canary": {"max_restarts_per_workload": 1}}}
+        {
+            "max_retries_per_root_cause": 5,
+            "partitions": {"canary": {"max_restarts_per_workload": 1}},
+        }
     )
     assert policy.limits_for("canary") == Limits(
         max_restarts_per_workload=1, max_retries_per_root_cause=5
@@ -42,8 +45,10 @@ def test_the_document_round_trips() -> None:
         ({"enabled": "yes"}, "enabled must be true or false"),
         ({"retries": 3}, "retries is not a policy setting"),
         ({"partitions": ["canary"]}, "partitions must be an object of partition name to overrides"),
-        ({"partitions": {"canary": {"drain_after_strikes": 1}}},
-         "partitions.canary.drain_after_strikes is not a policy setting"),
+        (
+            {"partitions": {"canary": {"drain_after_strikes": 1}}},
+            "partitions.canary.drain_after_strikes is not a policy setting",
+        ),
         ({"partitions": {"canary": 3}}, "partitions.canary must be an object"),
     ],
 )
