@@ -1,0 +1,65 @@
+from datetime import UTC, datetime, timedelta
+
+from detection.detectors.straggler import (
+    StragglerSettings,
+    ThroughputHistory,
+    check_straggler,
+    outlier_nodes,
+)
+from detection.telemetry import MetricSample
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+SETTINGS = StragglerSettings(baseline_samples=20, window_samples=5, drop_fraction=0.2)
+NODES = [f"gpu-node-{i:03d}" for i in range(1, 7)]
+
+
+def history(values: list[float]) -> ThroughputHistory:
+    h = ThroughputHistory()
+    for n, value in enumerate(values):
+        h = h.add(T0 + timedelta(seconds=30 * n), value, SETTINGS)
+    return h
+
+
+def gpu_metrics(slow: str | None = None) -> list[MetricSample]:
+    samples = []
+    for i, host in enumerate(NODES):
+        for gpu in range(8):
+            clock = 1410.0 - (i % 3) * 5 - gpu
+            power = 650.0 + (i % 2) * 10
+            throttle = 0.0
+            if host == slow and gpu == 3:
+                clock, power, throttle = 900.0, 380.0, float(0x20)
+            samples += [
+                MetricSample(T0, host, gpu, "DCGM_FI_DEV_SM_CLOCK", clock),
+                MetricSample(T0, host, gpu, "DCGM_FI_DEV_POWER_USAGE", power),
+                MetricSample(T0, host, gpu, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", throttle),
+            ]
+    return samples
+
+
+def test_a_sustained_drop_with_one_throttled_node_names_that_node() -> None:
+    h = history([180.0 + (n % 3) for n in range(20)] + [120.0, 118.0, 121.0, 119.0, 122.0])
+    finding = check_straggler("7", h, gpu_metrics(slow="gpu-node-004"), NODES, SETTINGS)
+    assert finding is not None
+    assert finding.hosts == ("gpu-node-004",)
+    assert finding.kind == "straggler" and "34%" in finding.summary
+    assert "throttling" in finding.evidence[1].text
+
+
+def test_a_drop_shared_by_every_node_names_none() -> None:
+    h = history([100.0] * 20 + [60.0] * 5)
+    finding = check_straggler("7", h, gpu_metrics(), NODES, SETTINGS)
+    assert finding is not None and finding.hosts == () and finding.root_cause == "straggler:job"
+
+
+def test_a_single_slow_report_is_not_sustained() -> None:
+    h = history([100.0] * 20 + [100.0, 100.0, 50.0, 100.0, 99.0])
+    assert check_straggler("7", h, gpu_metrics(slow="gpu-node-004"), NODES, SETTINGS) is None
+
+
+def test_too_little_history_says_nothing() -> None:
+    assert check_straggler("7", history([100.0, 50.0, 50.0]), [], NODES, SETTINGS) is None
+
+
+def test_healthy_nodes_with_small_differences_are_not_outliers() -> None:
+    assert outlier_nodes(gpu_metrics(), NODES, SETTINGS) == {}
