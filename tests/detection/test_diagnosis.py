@@ -1,0 +1,570 @@
+"""The log diagnosis: root cause over cascades, hosts, actions, confidence, decoding.
+
+Plain library tests (no database). The logs here are constructed from lines in the documented
+formats (several mirror the collected real logs; see tests/fixtures/logs/SOURCES.md for the
+cases no public thread showed).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from detection.constants import (
+    MAX_EVIDENCE,
+    Action,
+    Attribution,
+    Category,
+    ConfidenceLabel,
+    Kind,
+)
+from detection.diagnosis import (
+    Diagnosis,
+    DiagnosisContext,
+    decode_bytes,
+    diagnose_bytes,
+    diagnose_lines,
+    diagnose_log_lines,
+)
+from detection.telemetry import LogLine
+
+EIGHT_NODES = DiagnosisContext(nodes=tuple(f"node-{i:02d}" for i in range(8)), gpus_per_node=8)
+
+
+def diagnose(*lines: str, context: DiagnosisContext | None = None) -> Diagnosis:
+    return diagnose_lines(list(lines), context)
+
+
+def watchdog(rank: int, seq: int = 1580) -> str:
+    return (
+        f"[rank{rank}]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank {rank}] "
+        f"Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
+        "OpType=ALLREDUCE, NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) "
+        "ran for 600060 milliseconds before timing out."
+    )
+
+
+# --- root cause over cascades ---------------------------------------------------------------
+
+
+def test_the_earliest_initiating_error_wins_over_timeouts_on_every_other_rank() -> None:
+    lines = [
+        (
+            "[rank5]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 "
+            "GiB (GPU 5; 79.33 GiB total capacity)"
+        ),
+        *(watchdog(rank) for rank in range(64) if rank != 5),
+        "[rank5]: torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    ]
+    result = diagnose(*lines, context=EIGHT_NODES)
+    assert (result.kind, result.category, result.action) == (
+        Kind.CRASH,
+        Category.CUDA_OOM,
+        Action.RESTART,
+    )
+    assert result.implicated_hosts == ()
+    assert result.evidence[0].signature == "cuda_oom"
+    assert result.evidence[0].line == 1
+
+
+def test_an_initiating_error_logged_after_the_timeouts_still_wins() -> None:
+    lines = [
+        *(watchdog(rank) for rank in range(8)),
+        "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered",
+    ]
+    result = diagnose(*lines)
+    assert result.category is Category.APPLICATION_ERROR
+    assert result.evidence[0].signature == "cuda_illegal_memory_access"
+
+
+def test_timeouts_alone_are_a_hang_restarted_without_naming_a_node() -> None:
+    result = diagnose(*(watchdog(rank) for rank in range(16)), context=EIGHT_NODES)
+    assert (result.kind, result.category, result.attribution, result.action) == (
+        Kind.HANG,
+        Category.NCCL_TIMEOUT_HANG,
+        Attribution.INTERCONNECT,
+        Action.RESTART,
+    )
+    assert result.implicated_hosts == ()
+
+
+def test_the_one_rank_missing_from_the_timeouts_names_its_node() -> None:
+    context = DiagnosisContext(nodes=("node-a", "node-b"), gpus_per_node=4)
+    result = diagnose(*(watchdog(rank) for rank in range(8) if rank != 6), context=context)
+    assert result.kind is Kind.HANG
+    assert result.implicated_hosts == ("node-b",)
+    assert result.action is Action.RESTART_EXCLUDING_NODE
+    assert result.confidence.label is ConfidenceLabel.HYPOTHESIS
+    assert "6" in result.explanation
+
+
+def test_the_one_rank_stuck_on_an_earlier_collective_names_its_node() -> None:
+    lines = [watchdog(rank, seq=1580) for rank in range(8) if rank != 2] + [watchdog(2, seq=1579)]
+    result = diagnose(*lines, context=DiagnosisContext(nodes=("node-a", "node-b"), gpus_per_node=4))
+    assert result.implicated_hosts == ("node-a",)
+    assert result.action is Action.RESTART_EXCLUDING_NODE
+
+
+def test_a_heartbeat_monitor_timeout_is_a_hang() -> None:
+    result = diagnose(
+        (
+            "[rank1]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 1] Heartbeat monitor timed "
+            "out! Process will be terminated after dumping debug info. "
+            "workMetaList_.size()=103"
+        ),
+        (
+            "[rank1]:[E ProcessGroupNCCL.cpp:1153] [PG 0 Rank 1] ProcessGroupNCCL "
+            "preparing to dump debug info."
+        ),
+    )
+    assert (result.kind, result.category) == (Kind.HANG, Category.NCCL_TIMEOUT_HANG)
+
+
+def test_remote_errors_alone_are_an_interconnect_crash_without_a_host() -> None:
+    result = diagnose(
+        (
+            "node-03:1:2 [0] misc/socket.cc:538 NCCL WARN Net : Connection closed by "
+            "remote peer node-04<47861>"
+        ),
+        (
+            "ncclRemoteError: A call failed possibly due to a network error or a remote "
+            "process exiting prematurely."
+        ),
+    )
+    assert (result.category, result.action, result.implicated_hosts) == (
+        Category.INTERCONNECT_NETWORK,
+        Action.RESTART,
+        (),
+    )
+    assert result.confidence.label is ConfidenceLabel.HYPOTHESIS
+
+
+def test_context_lines_never_cause_anything() -> None:
+    result = diagnose(
+        (
+            "CUDA kernel errors might be asynchronously reported at some other API call, "
+            "so the stacktrace below might be incorrect."
+        ),
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1.",
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
+    )
+    assert (result.kind, result.category, result.action) == (
+        Kind.NONE,
+        Category.BENIGN,
+        Action.NONE,
+    )
+
+
+def test_an_illegal_memory_access_with_its_hints_is_an_application_error() -> None:
+    result = diagnose(
+        "[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered",
+        (
+            "[rank2]: CUDA kernel errors might be asynchronously reported at some other "
+            "API call, so the stacktrace below might be incorrect."
+        ),
+        "[rank2]: For debugging consider passing CUDA_LAUNCH_BLOCKING=1.",
+        context=EIGHT_NODES,
+    )
+    assert (result.category, result.attribution, result.action) == (
+        Category.APPLICATION_ERROR,
+        Attribution.APPLICATION,
+        Action.RESTART,
+    )
+    assert result.implicated_hosts == ()
+
+
+# --- hardware and hosts ---------------------------------------------------------------------
+
+
+def test_xid_79_on_a_named_host_excludes_that_host() -> None:
+    result = diagnose(
+        (
+            "Nov 29 11:00:01 node-07 kernel: NVRM: GPU at PCI:0000:3b:00: "
+            "GPU-0b11d014-1685-04bd-26ed-5fc0bc1c44ae"
+        ),
+        (
+            "Nov 29 11:00:01 node-07 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1896, "
+            "GPU has fallen off the bus."
+        ),
+        ("Nov 29 11:00:01 node-07 kernel: NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."),
+    )
+    assert (result.category, result.attribution, result.action) == (
+        Category.GPU_HARDWARE,
+        Attribution.HARDWARE,
+        Action.RESTART_EXCLUDING_NODE,
+    )
+    assert result.implicated_hosts == ("node-07",)
+    assert result.confidence.label is ConfidenceLabel.ESTABLISHED
+
+
+@pytest.mark.parametrize("code", [48, 63, 64, 74, 79, 92, 94, 95, 119, 120])
+def test_xids_that_need_a_reset_exclude_the_node_they_appear_on(code: int) -> None:
+    line = f"Nov 29 11:00:01 node-07 kernel: NVRM: Xid (PCI:0000:3b:00): {code}, pid=1, details"
+    result = diagnose(line)
+    assert result.action is Action.RESTART_EXCLUDING_NODE
+    assert result.implicated_hosts == ("node-07",)
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45])
+def test_xid_13_31_43_45_do_not_exclude_the_node_even_when_it_is_known(code: int) -> None:
+    line = f"Nov 29 11:00:01 node-07 kernel: NVRM: Xid (PCI:0000:3b:00): {code}, pid=1, details"
+    result = diagnose(line, context=DiagnosisContext(source_host="node-07"))
+    assert result.action is not Action.RESTART_EXCLUDING_NODE
+    assert result.implicated_hosts == ()
+
+
+def test_gpu_hardware_evidence_outranks_an_earlier_cuda_error_it_caused() -> None:
+    result = diagnose(
+        "[rank9]: RuntimeError: CUDA error: unspecified launch failure",
+        "[rank9]: RuntimeError: CUDA error: an illegal memory access was encountered",
+        (
+            "Nov 29 11:00:05 node-01 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU "
+            "has fallen off the bus."
+        ),
+        context=EIGHT_NODES,
+    )
+    assert result.category is Category.GPU_HARDWARE
+    assert result.implicated_hosts == ("node-01",)
+    assert result.evidence[0].line == 3
+
+
+def test_a_rank_maps_to_its_node_when_the_log_names_no_host() -> None:
+    result = diagnose(
+        "[rank12]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
+        context=EIGHT_NODES,
+    )
+    assert result.implicated_hosts == ("node-01",)
+    assert result.action is Action.RESTART_EXCLUDING_NODE
+
+
+def test_hardware_without_any_host_is_restarted_without_exclusion() -> None:
+    result = diagnose("RuntimeError: CUDA error: uncorrectable ECC error encountered")
+    assert (result.category, result.action, result.implicated_hosts) == (
+        Category.GPU_HARDWARE,
+        Action.RESTART,
+        (),
+    )
+
+
+def test_a_fully_qualified_host_is_matched_to_the_node_list() -> None:
+    result = diagnose(
+        "Nov 29 11:00:01 node-03.cluster.local kernel: NVRM: Xid (PCI:0000:3b:00): 48, DBE",
+        context=EIGHT_NODES,
+    )
+    assert result.implicated_hosts == ("node-03",)
+
+
+def test_a_node_system_log_names_its_host_through_the_context() -> None:
+    result = diagnose(
+        "[ 1843.308145] NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus",
+        context=DiagnosisContext(source_host="node-05"),
+    )
+    assert result.implicated_hosts == ("node-05",)
+
+
+def test_telemetry_records_carry_the_host_of_a_kernel_log() -> None:
+    at = datetime(2024, 11, 29, 11, 0, tzinfo=UTC)
+    records = [
+        LogLine(at=at, text="iteration 10/100 | lm loss: 2.0 |", job_id="42"),
+        LogLine(
+            at=at, text="NVRM: Xid (PCI:0000:3b:00): 95, pid=1, Uncontained ECC", host="node-02"
+        ),
+    ]
+    result = diagnose_log_lines(records)
+    assert result.implicated_hosts == ("node-02",)
+
+
+def test_ib_errors_from_one_host_exclude_it() -> None:
+    result = diagnose(
+        (
+            "node-03:3468:3905 [4] NCCL WARN NET/IB : Got completion from peer "
+            "10.0.0.9<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv)"
+        ),
+    )
+    assert result.implicated_hosts == ("node-03",)
+    assert result.action is Action.RESTART_EXCLUDING_NODE
+
+
+def test_ib_errors_from_several_hosts_do_not_name_a_culprit() -> None:
+    result = diagnose(
+        (
+            "node-03:1:2 [4] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1> with "
+            "status=12 opcode=0 len=0 vendor err 129 (Recv)"
+        ),
+        (
+            "node-04:1:2 [4] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<2> with "
+            "status=12 opcode=0 len=0 vendor err 129 (Recv)"
+        ),
+    )
+    assert result.action is Action.RESTART
+    assert result.implicated_hosts == ()
+    assert result.confidence.label is ConfidenceLabel.HYPOTHESIS
+
+
+# --- nodes, processes and the scheduler -----------------------------------------------------
+
+
+def test_srun_naming_a_failed_node_excludes_it() -> None:
+    result = diagnose(
+        "srun: error: Node failure on node-07",
+        (
+            "slurmstepd: error: *** JOB 1234 ON node-00 CANCELLED AT 2024-04-20T09:09:37 "
+            "DUE TO NODE FAILURE ***"
+        ),
+    )
+    assert result.category is Category.NODE_OR_PROCESS_FAILURE
+    assert result.implicated_hosts == ("node-07",)
+
+
+def test_a_node_failure_cancellation_alone_does_not_blame_the_host_that_printed_it() -> None:
+    result = diagnose(
+        "slurmstepd: error: *** JOB 1234 ON node-00 CANCELLED AT 2024-04-20T09:09:37 DUE "
+        "TO NODE FAILURE ***"
+    )
+    assert (result.category, result.attribution, result.action) == (
+        Category.NODE_OR_PROCESS_FAILURE,
+        Attribution.HARDWARE,
+        Action.RESTART,
+    )
+    assert result.implicated_hosts == ()
+
+
+@pytest.mark.parametrize(
+    ("line", "attribution"),
+    [
+        (
+            (
+                "slurmstepd: error: *** JOB 494583 ON node-3 CANCELLED AT "
+                "2024-04-20T09:09:37 DUE TO TIME LIMIT ***"
+            ),
+            Attribution.SCHEDULER,
+        ),
+        (
+            (
+                "slurmstepd: error: *** JOB 494583 ON node-3 CANCELLED AT "
+                "2024-04-20T09:09:37 DUE TO PREEMPTION ***"
+            ),
+            Attribution.SCHEDULER,
+        ),
+        (
+            (
+                "Nov 29 11:00:01 node-07 kernel: Out of memory: Killed process 4242 "
+                "(python) total-vm:52428800kB"
+            ),
+            Attribution.APPLICATION,
+        ),
+        ("  exitcode  : -9 (pid: 14750)", Attribution.SYSTEM_SOFTWARE),
+        ("[2024-01-01 00:00:00] died with <Signals.SIGKILL: 9>.", Attribution.SYSTEM_SOFTWARE),
+    ],
+)
+def test_killed_processes_and_scheduler_endings_are_restarted(
+    line: str, attribution: Attribution
+) -> None:
+    result = diagnose(line)
+    assert (result.category, result.attribution, result.action) == (
+        Category.NODE_OR_PROCESS_FAILURE,
+        attribution,
+        Action.RESTART,
+    )
+
+
+def test_a_host_oom_kill_explains_the_sigkill_that_follows() -> None:
+    result = diagnose(
+        (
+            "Nov 29 11:00:01 node-07 kernel: Out of memory: Killed process 4242 (python) "
+            "total-vm:52428800kB"
+        ),
+        (
+            "E0325 20:57:27.620000 2606 "
+            "site-packages/torch/distributed/elastic/multiprocessing/api.py:869] failed "
+            "(exitcode: -9) local_rank: 5 (pid: 2630) of binary: "
+            "/root/miniconda3/bin/python"
+        ),
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "srun: error: node-07: task 5: Killed",
+    )
+    assert result.evidence[0].signature == "host_oom_killer"
+    assert result.implicated_hosts == ()
+
+
+def test_a_user_cancellation_is_not_a_failure() -> None:
+    result = diagnose(
+        "slurmstepd: error: *** JOB 168885 ON scn67-10g CANCELLED AT 2023-08-31T18:04:42 ***"
+    )
+    assert result.kind is Kind.NONE and result.action is Action.NONE
+
+
+# --- stop only when a retry cannot help -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "exception",
+    [
+        "ModuleNotFoundError: No module named 'megatron'",
+        "ImportError: cannot import name 'LlamaForCausalLM' from 'transformers'",
+        "SyntaxError: invalid syntax",
+        (
+            "RuntimeError: The size of tensor a (3) must match the size of tensor b (288) "
+            "at non-singleton dimension 1"
+        ),
+    ],
+)
+def test_errors_a_retry_cannot_fix_stop_the_workload(exception: str) -> None:
+    result = diagnose(
+        "Traceback (most recent call last):", '  File "/site/pkg/x.py", line 1, in f', exception
+    )
+    assert result.action is Action.STOP
+    assert result.confidence.label is ConfidenceLabel.ESTABLISHED
+
+
+def test_a_config_key_error_in_user_code_stops_the_workload() -> None:
+    result = diagnose(
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "/home/me/pretrain.py", line 42, in build_model',
+        "[rank0]:     hidden = cfg['hidden_size']",
+        "[rank0]: KeyError: 'hidden_size'",
+    )
+    assert result.action is Action.STOP
+    assert "pretrain.py:42" in result.explanation
+
+
+def test_a_key_error_inside_a_library_is_restarted() -> None:
+    result = diagnose(
+        "Traceback (most recent call last):",
+        (
+            '  File "/usr/local/lib/python3.10/dist-packages/torch/utils/data/_utils/fetch.py", '
+            "line 51, in fetch"
+        ),
+        "KeyError: 1234",
+    )
+    assert result.action is Action.RESTART
+
+
+def test_an_oom_is_never_a_stop() -> None:
+    result = diagnose("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB")
+    assert result.action is Action.RESTART
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def test_a_healthy_log_is_kind_none_with_action_none() -> None:
+    result = diagnose(
+        " iteration      100/  500000 | lm loss: 2.345678E+00 | loss scale: 65536.0 |"
+    )
+    assert (result.kind, result.category, result.attribution, result.action) == (
+        Kind.NONE,
+        Category.BENIGN,
+        Attribution.NONE,
+        Action.NONE,
+    )
+    assert result.evidence == ()
+
+
+def test_to_dict_has_the_json_shape_of_the_design() -> None:
+    result = diagnose("OSError: [Errno 28] No space left on device")
+    payload = result.to_dict()
+    assert list(payload) == [
+        "kind",
+        "category",
+        "attribution",
+        "action",
+        "implicated_hosts",
+        "confidence",
+        "evidence",
+        "explanation",
+    ]
+    assert payload["evidence"] == [
+        {
+            "line": 1,
+            "text": "OSError: [Errno 28] No space left on device",
+            "signature": "fs_no_space",
+        }
+    ]
+    assert payload["confidence"] == {"value": 0.75, "label": "supported"}
+    json.dumps(payload)
+
+
+def test_evidence_is_deduplicated_and_capped() -> None:
+    lines = [
+        f"RuntimeError: distinct failure number {chr(65 + i % 26)}{chr(65 + i // 26)}"
+        for i in range(100)
+    ]
+    result = diagnose(*lines, *lines)
+    assert len(result.evidence) == MAX_EVIDENCE
+    assert len({(e.signature, e.text) for e in result.evidence}) == MAX_EVIDENCE
+
+
+def test_the_explanation_names_the_line_and_what_was_found() -> None:
+    result = diagnose(
+        "ok",
+        (
+            "Nov 29 11:00:01 node-07 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has "
+            "fallen off the bus."
+        ),
+    )
+    assert "line 2" in result.explanation
+    assert "Xid 79" in result.explanation
+    assert "node-07" in result.explanation
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+
+def test_decoding_replaces_invalid_utf8_and_strips_nul_bytes() -> None:
+    lines, report = decode_bytes(b"ok\nbad \xff\xfe here\nnul\x00\x00 here\r\nlast")
+    assert lines == ("ok", "bad \ufffd\ufffd here", "nul here", "last")
+    assert report.invalid_utf8_replaced == 2
+    assert report.nul_bytes_stripped == 2
+    assert report.lines == 4
+    assert report.lines_truncated == 0
+
+
+def test_decoding_keeps_a_genuine_replacement_character_out_of_the_count() -> None:
+    _, report = decode_bytes("already \ufffd here".encode())
+    assert report.invalid_utf8_replaced == 0
+
+
+def test_long_lines_are_cut_at_a_character_boundary_and_counted() -> None:
+    data = ("é" * 100).encode() + b"\nshort"
+    lines, report = decode_bytes(data, max_line_bytes=51)
+    assert lines[0] == "é" * 25
+    assert report.lines_truncated == 1
+    assert report.bytes_truncated == 150
+    assert lines[1] == "short"
+
+
+def test_a_10_mb_single_line_and_random_binary_take_a_moment() -> None:
+    start = time.monotonic()
+    result, report = diagnose_bytes(b"x" * (10 * 1024 * 1024))
+    assert report.lines_truncated == 1 and result.kind is Kind.NONE
+    junk = bytes((i * 7919 + 13) % 256 for i in range(2 * 1024 * 1024))
+    diagnose_bytes(junk)
+    assert time.monotonic() - start < 10  # generous bound against a hang, not a benchmark
+
+
+def test_diagnose_bytes_returns_the_diagnosis_and_what_decoding_changed() -> None:
+    result, report = diagnose_bytes(b"\x00torch.OutOfMemoryError: CUDA out of memory\n")
+    assert result.category is Category.CUDA_OOM
+    assert report.to_dict()["nul_bytes_stripped"] == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=4000))
+def test_decoding_arbitrary_bytes_is_total(data: bytes) -> None:
+    lines, report = decode_bytes(data, max_line_bytes=64)
+    assert report.lines == len(lines)
+    assert all("\x00" not in line and "\n" not in line for line in lines)
+    assert report.nul_bytes_stripped == data.count(b"\x00")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=3000))
+def test_diagnosing_arbitrary_bytes_never_raises(data: bytes) -> None:
+    result, _ = diagnose_bytes(data)
+    json.dumps(result.to_dict())
