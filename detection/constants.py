@@ -104,6 +104,6 @@ MAX_EVIDENCE = 20
 MAX_EVIDENCE_TEXT = 500
 # How many line numbers and distinct values one grouped finding remembers.
 MAX_FINDING_LINES = 50
-MAX_FINDING_VALUES = 1024
+MAX_FINDING_VALUES = 65_536
 
 DEFAULT_GPUS_PER_NODE = 8

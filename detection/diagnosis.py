@@ -252,6 +252,13 @@ def diagnose_scan(scan: ScanResult, context: DiagnosisContext | None = None) -> 
     initiating = scan.by_role(Role.INITIATING)
     cascades = scan.by_role(Role.CASCADE)
     hints = scan.by_role(Role.CONTEXT)
+    endings = [f for f in initiating if f.attribution is Attribution.SCHEDULER]
+    hung = any(f.category is Category.NCCL_TIMEOUT_HANG for f in cascades)
+    if endings and (len(endings) < len(initiating) or hung):
+        # The scheduler ended an attempt that had already failed or hung: the time limit or
+        # preemption is how it ended, not why.
+        initiating = tuple(f for f in initiating if f.attribution is not Attribution.SCHEDULER)
+        cascades = (*cascades, *endings)
     if initiating:
         diagnosis = _from_initiating(_primary(initiating), initiating, cascades, hints, ctx)
     elif cascades:

@@ -95,7 +95,11 @@ class _Accumulator:
         _remember(self.job_ids, fields.job_id)
         _remember(self.xids, fields.xid)
         _remember(self.pci_ids, fields.pci)
-        if hit.rank_value is not None and fields.rank is not None:
+        if (
+            hit.rank_value is not None
+            and fields.rank is not None
+            and len(self.rank_values) < MAX_FINDING_VALUES
+        ):
             self.rank_values.setdefault(fields.rank, hit.rank_value)
 
     def finding(self) -> Finding:

@@ -6,7 +6,6 @@ tools that print them; the collected real logs are exercised in ``test_real_logs
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 import pytest
@@ -673,17 +672,14 @@ def test_line_numbers_stay_right_when_a_line_contains_a_newline() -> None:
 # --- hostile input --------------------------------------------------------------------------
 
 
-def test_a_10_mb_line_is_cut_at_the_cap_and_scanned_quickly() -> None:
+def test_a_10_mb_line_is_cut_at_the_cap_before_matching() -> None:
     huge = "A" * (10 * 1024 * 1024) + " OSError: [Errno 28] No space left on device"
-    start = time.monotonic()
     result = scan(
         "before", huge, "RuntimeError: CUDA error: an illegal memory access was encountered"
     )
-    elapsed = time.monotonic() - start
     assert result.lines_truncated == 1
     # The error sat past the cap, so only the third line is found.
     assert names(result) == ["cuda_illegal_memory_access"]
-    assert elapsed < 5  # generous: a linear scan of 64 KiB, not a timing benchmark
 
 
 def test_pathological_inputs_for_backtracking_engines_are_harmless() -> None:
