@@ -208,7 +208,11 @@ class SignatureLibrary:
             if count >= MAX_CLASSIFIED_LINES:
                 stopped = line_no
                 break
-            hint = host_hints[line_no - 1] if host_hints is not None else None
+            hint = (
+                host_hints[line_no - 1]
+                if host_hints is not None and line_no <= len(host_hints)
+                else None
+            )
             self._record(line_no, line, hint, state)
         findings = sorted(
             (accumulator.finding() for accumulator in state.groups.values()),
