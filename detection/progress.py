@@ -103,7 +103,8 @@ def _from_custom(found: Any) -> Progress:
 
 
 def _from_match(style: str, groups: dict[str, str | None]) -> Progress:
-    step = int(groups["step"]) if groups.get("step") else None
+    raw_step = groups.get("step")
+    step = int(raw_step) if raw_step else None
     return Progress(
         step=step, throughput=_throughput(groups), loss=_number(groups.get("loss")), style=style
     )
