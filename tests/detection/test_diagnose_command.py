@@ -1,0 +1,83 @@
+"""``manage.py diagnose`` as an operator runs it: a file, standard input, or JSON lines."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+ROOT = Path(__file__).resolve().parents[2]
+XID_79 = "Nov 29 11:00:01 gpu-node-007 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n"
+PROGRESS = (
+    " iteration      100/  500000 | elapsed time per iteration (ms): 1234.5 | lm loss: 2.3 |\n"
+)
+
+
+def diagnose(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "manage.py", "diagnose", *args],
+        cwd=ROOT,
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_it_prints_the_design_json_for_a_file(tmp_path: Path) -> None:
+    log = tmp_path / "slurm-1234.out"
+    log.write_text(PROGRESS * 3 + XID_79)
+    result = diagnose(str(log))
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert set(answer) >= {
+        "kind",
+        "category",
+        "attribution",
+        "action",
+        "implicated_hosts",
+        "confidence",
+        "evidence",
+    }
+    assert (answer["kind"], answer["category"], answer["action"]) == (
+        "crash",
+        "gpu_hardware",
+        "restart_excluding_node",
+    )
+    assert answer["implicated_hosts"] == ["gpu-node-007"]
+    assert answer["evidence"][0] == {"line": 4, "text": XID_79.strip(), "signature": "nvrm_xid"}
+
+
+def test_hostile_bytes_on_stdin_are_diagnosed_and_what_was_skipped_is_said() -> None:
+    hostile = b"\x00\xff\xfe" * 1000 + b"\n" + b"A" * (10 * 1024 * 1024) + b"\n" + PROGRESS.encode()
+    result = diagnose("-", stdin=hostile)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["kind"] == "none"
+    assert b"nul bytes stripped: 1000" in result.stderr
+    assert b"lines truncated: 1" in result.stderr
+
+
+def test_jsonl_gives_one_result_per_record_and_reports_bad_records(tmp_path: Path) -> None:
+    records = tmp_path / "cases.jsonl"
+    records.write_text(
+        json.dumps({"id": "a", "text": XID_79})
+        + "\n"
+        + "not json\n"
+        + json.dumps({"id": "b", "text": PROGRESS})
+        + "\n"
+    )
+    result = diagnose("--jsonl", str(records))
+    assert result.returncode == 0, result.stderr
+    answers = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [a["id"] for a in answers] == ["a", None, "b"]
+    assert answers[0]["category"] == "gpu_hardware"
+    assert answers[1]["record"] == 2 and "error" in answers[1]
+    assert answers[2]["kind"] == "none"
+    assert b"record 2: skipped" in result.stderr
+
+
+def test_a_missing_file_is_a_clear_error() -> None:
+    with pytest.raises(CommandError, match="cannot read /nonexistent.log: No such file"):
+        call_command("diagnose", "/nonexistent.log")
