@@ -9,7 +9,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 ROOT = Path(__file__).resolve().parents[2]
-XID_79 = "Nov 29 11:00:01 gpu-node-007 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n"
+XID_79 = (
+    "Nov 29 11:00:01 gpu-node-007 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, "
+    "GPU has fallen off the bus.\n"
+)
 PROGRESS = (
     " iteration      100/  500000 | elapsed time per iteration (ms): 1234.5 | lm loss: 2.3 |\n"
 )

@@ -1,0 +1,157 @@
+"""A small HTTP GET client over ``urllib.request`` that turns every failure into
+``SourceUnavailable`` with a message an operator can act on.
+
+Shared by the Loki, VictoriaLogs and Prometheus clients. Bounded: one overall deadline per
+request and a cap on the response size, so a slow or huge answer cannot hang or swamp a poll.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from detection.sources.base import SourceUnavailable
+
+READ_CHUNK = 256 * 1024
+ERROR_EXCERPT_CHARS = 300
+
+
+@dataclass(frozen=True)
+class HttpAuth:
+    """Credentials sent with every request: HTTP basic auth or a bearer token, plus any extra
+    headers (a tenant such as Loki's ``X-Scope-OrgID`` or VictoriaLogs' ``AccountID``)."""
+
+    username: str | None = None
+    password: str | None = None
+    bearer_token: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def as_headers(self) -> dict[str, str]:
+        out = dict(self.headers)
+        if self.bearer_token:
+            out["Authorization"] = f"Bearer {self.bearer_token}"
+        elif self.username is not None:
+            pair = f"{self.username}:{self.password or ''}".encode()
+            out["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+        return out
+
+
+class HttpClient:
+    """GETs ``path`` under ``base_url`` and returns the body, or raises ``SourceUnavailable``."""
+
+    def __init__(
+        self,
+        kind: str,
+        base_url: str,
+        *,
+        timeout: float = 10.0,
+        auth: HttpAuth | None = None,
+        max_response_bytes: int = 32 * 1024 * 1024,
+    ) -> None:
+        parsed = urllib.parse.urlsplit(base_url)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ValueError(f"{kind} URL must be http(s)://host[:port][/prefix], got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.name = f"{kind} at {self.base_url}"
+        self.timeout = timeout
+        self.headers = (auth or HttpAuth()).as_headers()
+        self.max_response_bytes = max_response_bytes
+
+    def get(
+        self,
+        path: str,
+        params: Sequence[tuple[str, str]],
+        headers: Mapping[str, str] | None = None,
+    ) -> bytes:
+        url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
+        # The scheme was checked in __init__: http or https only, never file: or custom ones.
+        request = urllib.request.Request(url, headers={**self.headers, **(headers or {})})  # noqa: S310
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+                return self._read(response)
+        except urllib.error.HTTPError as exc:
+            raise self.unavailable(_http_error_text(exc)) from exc
+        except urllib.error.URLError as exc:
+            raise self.unavailable(_connect_error_text(exc.reason, self.timeout)) from exc
+        except TimeoutError as exc:
+            raise self.unavailable(f"no answer within {self.timeout:g} s") from exc
+        except (http.client.HTTPException, ConnectionError) as exc:
+            raise self.unavailable(f"broken response ({type(exc).__name__}: {exc})") from exc
+        except OSError as exc:
+            raise self.unavailable(f"I/O error ({exc})") from exc
+
+    def get_json(self, path: str, params: Sequence[tuple[str, str]]) -> Any:
+        body = self.get(path, params)
+        try:
+            return json.loads(body)
+        except ValueError as exc:
+            reason = f"answered something that is not JSON: {excerpt(body)!r}"
+            raise self.unavailable(reason) from exc
+
+    def unavailable(self, reason: str) -> SourceUnavailable:
+        return SourceUnavailable(self.name, reason)
+
+    def _read(self, response: http.client.HTTPResponse) -> bytes:
+        deadline = time.monotonic() + self.timeout  # overall, not per socket read
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := response.read(READ_CHUNK):
+            size += len(chunk)
+            if size > self.max_response_bytes:
+                raise self.unavailable(
+                    f"response larger than {self.max_response_bytes} bytes; lower the page limit"
+                )
+            if time.monotonic() > deadline:
+                raise self.unavailable(f"response took longer than {self.timeout:g} s")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def excerpt(body: bytes | str, limit: int = ERROR_EXCERPT_CHARS) -> str:
+    """The start of a body, printable, for an error message."""
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else body
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _http_error_text(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = exc.read(64 * 1024)
+    except (OSError, http.client.HTTPException):
+        body = b""
+    detail = _error_detail(body)
+    reason = exc.reason or http.client.responses.get(exc.code, "")
+    return f"HTTP {exc.code} {reason}" + (f": {detail}" if detail else "")
+
+
+def _error_detail(body: bytes) -> str:
+    """Prometheus says ``{"error": ...}``, Loki 3 ``{"message": ...}``, others plain text."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return excerpt(body)
+    if isinstance(data, dict):
+        for key in ("error", "message"):
+            if isinstance(data.get(key), str):
+                kind = data.get("errorType")
+                return excerpt(f"{kind}: {data[key]}" if isinstance(kind, str) else data[key])
+    return excerpt(body)
+
+
+def _connect_error_text(reason: object, timeout: float) -> str:
+    if isinstance(reason, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    if isinstance(reason, ConnectionRefusedError):
+        return "connection refused (is the server running and the URL right?)"
+    if isinstance(reason, socket.gaierror):
+        return f"cannot resolve the host name ({reason})"
+    return f"cannot connect ({reason})"

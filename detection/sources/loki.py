@@ -1,0 +1,173 @@
+"""Grafana Loki as a log source: ``GET /loki/api/v1/query_range`` read forward by time.
+
+API facts relied on (Loki HTTP API reference, ``query_range``): ``start`` is inclusive and
+``end`` exclusive, both nanosecond epochs; ``direction=forward`` returns the oldest entries
+first; ``limit`` defaults to 100 and is capped by the server (5000 by default). A log query
+answers ``{"status": "success", "data": {"resultType": "streams", "result": [{"stream": {...},
+"values": [["<ns>", "<line>"], ...]}], "stats": {...}}, "warnings": [...]}``; with the
+``categorize-labels`` encoding flag each value is ``["<ns>", "<line>", {"structuredMetadata":
+{...}, "parsed": {...}}]``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from detection.sources.base import LogBatch, TextCleaner
+from detection.sources.httpclient import HttpAuth, HttpClient
+from detection.sources.paging import (
+    Entry,
+    LabelNames,
+    Page,
+    PageLimits,
+    fetch_forward,
+    render_query,
+)
+
+QUERY_RANGE = "/loki/api/v1/query_range"
+CATEGORIZE_HEADER = "X-Loki-Response-Encoding-Flags"
+
+
+@dataclass(frozen=True)
+class LokiConfig:
+    """How to reach Loki and which lines to read.
+
+    ``query`` is a LogQL log query; ``$job_id`` in it is replaced by ``job_id`` when given, e.g.
+    ``{job="slurm"} | slurm_job_id="$job_id"`` (which matches a label or structured metadata).
+    ``tenant`` is sent as ``X-Scope-OrgID``. ``categorize_labels`` asks Loki 3 to return
+    structured metadata apart from the stream labels (so it does not split streams).
+    """
+
+    base_url: str
+    query: str = '{job="slurm"}'
+    job_id: str | None = None
+    labels: LabelNames = field(default_factory=LabelNames)
+    limits: PageLimits = field(default_factory=PageLimits)
+    timeout: float = 10.0
+    auth: HttpAuth | None = None
+    tenant: str | None = None
+    categorize_labels: bool = False
+    max_response_bytes: int = 64 * 1024 * 1024
+
+
+class LokiSource:
+    """Reads a LogQL query forward from a cursor; see ``paging`` for the cursor's shape."""
+
+    def __init__(self, config: LokiConfig) -> None:
+        self.config = config
+        self.query = render_query(config.query, config.job_id)
+        self.client = HttpClient(
+            "loki",
+            config.base_url,
+            timeout=config.timeout,
+            auth=config.auth,
+            max_response_bytes=config.max_response_bytes,
+        )
+        self.headers = self._headers()
+
+    @property
+    def name(self) -> str:
+        return self.client.name
+
+    def fetch(self, cursor: dict[str, Any] | None, now: datetime) -> LogBatch:
+        return fetch_forward(self._page, cursor, now, self.config.limits)
+
+    def _headers(self) -> dict[str, str]:
+        headers = {}
+        if self.config.tenant:
+            headers["X-Scope-OrgID"] = self.config.tenant
+        if self.config.categorize_labels:
+            headers[CATEGORIZE_HEADER] = "categorize-labels"
+        return headers
+
+    def _page(self, start_ns: int, end_ns: int, limit: int) -> Page:
+        params = [
+            ("query", self.query),
+            ("start", str(start_ns)),
+            ("end", str(end_ns)),
+            ("limit", str(limit)),
+            ("direction", "forward"),
+        ]
+        body = self.client.get(QUERY_RANGE, params, self.headers)
+        try:
+            return parse_query_range(body, self.config.labels, TextCleaner())
+        except ValueError as exc:
+            raise self.client.unavailable(f"answered an unexpected response: {exc}") from exc
+
+
+def parse_query_range(body: bytes, labels: LabelNames, cleaner: TextCleaner) -> Page:
+    """Entries of a ``query_range`` log-query answer; ``ValueError`` for anything else."""
+    try:
+        doc = json.loads(body)
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from exc
+    result = _streams_result(doc)
+    entries = [e for stream in result for e in _stream_entries(stream, labels, cleaner)]
+    warnings = doc.get("warnings") or []
+    if not isinstance(warnings, list):
+        raise ValueError("'warnings' is not a list")
+    return Page(entries, tuple(f"loki warning: {w}" for w in warnings))
+
+
+def _streams_result(doc: Any) -> list[Any]:
+    if not isinstance(doc, dict) or doc.get("status") != "success":
+        status = doc.get("status") if isinstance(doc, dict) else type(doc).__name__
+        raise ValueError(f"status is {status!r}, not 'success'")
+    data = doc.get("data")
+    if not isinstance(data, dict):
+        raise ValueError("no 'data' object")
+    if data.get("resultType") != "streams":
+        raise ValueError(
+            f"resultType is {data.get('resultType')!r}; the query must be a log query, "
+            "not a metric query"
+        )
+    result = data.get("result")
+    if not isinstance(result, list):
+        raise ValueError("'data.result' is not a list")
+    return result
+
+
+def _stream_entries(stream: Any, labels: LabelNames, cleaner: TextCleaner) -> list[Entry]:
+    if not isinstance(stream, dict):
+        raise ValueError("a stream is not an object")
+    stream_labels = _str_map(stream.get("stream"), "stream labels")
+    values = stream.get("values")
+    if not isinstance(values, list):
+        raise ValueError("a stream's 'values' is not a list")
+    key = json.dumps(stream_labels, sort_keys=True)
+    return [_entry(value, stream_labels, key, labels, cleaner) for value in values]
+
+
+def _entry(
+    value: Any, stream: dict[str, str], key: str, labels: LabelNames, cleaner: TextCleaner
+) -> Entry:
+    if not isinstance(value, list) or len(value) not in (2, 3):
+        raise ValueError(f"a value is not [ts, line] or [ts, line, metadata]: {value!r:.80}")
+    ts, line = value[0], value[1]
+    if not isinstance(ts, str) or not ts.isdigit() or not isinstance(line, str):
+        raise ValueError(f"a value has no nanosecond timestamp string and line: {value!r:.80}")
+    merged = {**stream, **_metadata(value[2])} if len(value) == 3 else stream
+    text, cut = cleaner.cut(line)
+    return Entry(int(ts), key, text, labels.job_of(merged), labels.host_of(merged), cut)
+
+
+def _metadata(extra: Any) -> dict[str, str]:
+    if not isinstance(extra, dict):
+        raise ValueError("a value's third element is not an object")
+    out: dict[str, str] = {}
+    for part in ("structuredMetadata", "parsed"):
+        if part in extra:
+            out.update(_str_map(extra[part], part))
+    return out
+
+
+def _str_map(value: Any, what: str) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValueError(f"{what} are not a string map")
+    return dict(value)
