@@ -24,6 +24,9 @@ class GroupConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels i
     async def workloads_changed(self, event: dict[str, Any]) -> None:
         await self.send(text_data=json.dumps(event))
 
+    async def anomaly_changed(self, event: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps(event))
+
 
 class ClusterConsumer(GroupConsumer):
     group_of = staticmethod(cluster_group)

@@ -3,6 +3,8 @@
 Pages re-fetch the partial an event names, so permission checks stay in the views.
 """
 
+from __future__ import annotations
+
 from typing import Literal, TypedDict
 
 from asgiref.sync import async_to_sync
@@ -35,9 +37,28 @@ def send_workloads_changed(cluster_id: int, workload_ids: list[int]) -> None:
     transaction.on_commit(lambda: _send(groups, event))
 
 
-def _send(groups: list[str], event: WorkloadsChanged) -> None:
+def _send(groups: list[str], event: WorkloadsChanged | AnomalyChanged) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     for group in groups:
         async_to_sync(layer.group_send)(group, dict(event))
+
+
+class AnomalyChanged(TypedDict):
+    type: Literal["anomaly.changed"]
+    cluster: int
+    workload: int
+    anomaly: int
+
+
+def send_anomaly(cluster_id: int, workload_id: int, anomaly_id: int) -> None:
+    """An anomaly was detected or sharpened: its cluster and workload pages show it."""
+    event: AnomalyChanged = {
+        "type": "anomaly.changed",
+        "cluster": cluster_id,
+        "workload": workload_id,
+        "anomaly": anomaly_id,
+    }
+    groups = [cluster_group(cluster_id), workload_group(workload_id)]
+    transaction.on_commit(lambda: _send(groups, event))

@@ -1,15 +1,29 @@
 """Runs the simulated cluster for a Cluster row: advances it, writes its jobs' output files and
-nodes' system logs where a real site keeps them, and records its scheduler snapshots."""
+nodes' system logs where a real site keeps them, publishes its GPU metrics as an exposition
+file, and records its scheduler snapshots. Detection then reads all of it like a real site's."""
 
 from __future__ import annotations
 
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import fields
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
-from .models import Cluster
+from detection.telemetry import LogLine, MetricSample
 
+from . import services
+from .models import Attempt, Cluster
+from .simulator import ManualRecoveryBaseline, SimulatedCluster, SimulationConfig
+
+ACTOR = "system:simulator"
 TAIL_BYTES = 16 * 1024
+_NUMERIC_JOB = re.compile(r"^(\d+)")
 
 
 def output_dir(cluster: Cluster) -> Path:
@@ -34,3 +48,74 @@ def tail_job_output(cluster: Cluster, job_id: str, lines: int = 40) -> list[str]
         return []
     text = data.decode("utf-8", errors="replace").splitlines()
     return text[-lines:] if size <= TAIL_BYTES else text[1:][-lines:]
+
+
+def simulation_config(cluster: Cluster, start: datetime) -> SimulationConfig:
+    """The simulator's configuration from ``cluster.scheduler["simulation"]``; job ids continue
+    after the cluster's history, so a restarted simulator never reuses one."""
+    raw: dict[str, Any] = dict(cluster.scheduler.get("simulation", {}))
+    known = {f.name for f in fields(SimulationConfig)}
+    unknown = set(raw) - known
+    if unknown:
+        raise ValueError(f"unknown simulation settings: {', '.join(sorted(unknown))}")
+    if "manual_recovery" in raw and raw["manual_recovery"] is not None:
+        raw["manual_recovery"] = ManualRecoveryBaseline(**raw["manual_recovery"])
+    for name in ("nodes_per_job",):
+        if name in raw:
+            raw[name] = tuple(raw[name])
+    raw.setdefault("first_job_id", _next_job_id(cluster))
+    return SimulationConfig(start_time=start, **raw)
+
+
+def _next_job_id(cluster: Cluster) -> int:
+    ids = [
+        int(m.group(1))
+        for job_id in Attempt.objects.filter(cluster=cluster).values_list("job_id", flat=True)
+        if (m := _NUMERIC_JOB.match(job_id))
+    ]
+    return max(ids, default=4199) + 1
+
+
+class SimulationRunner:
+    """Drives one simulated cluster and writes what it produces where detection reads it."""
+
+    def __init__(self, cluster: Cluster, start: datetime | None = None) -> None:
+        self.cluster = cluster
+        self.simulator = SimulatedCluster(simulation_config(cluster, start or datetime.now(UTC)))
+        self.directory = output_dir(cluster)
+        (self.directory / "nodes").mkdir(parents=True, exist_ok=True)
+
+    @property
+    def now(self) -> datetime:
+        return self.simulator.now
+
+    def step(self, seconds: float) -> services.SnapshotResult:
+        """Advance ``seconds`` of simulated time, write the output and record the snapshot."""
+        self.write_lines(self.simulator.advance(seconds))
+        self.write_metrics(self.simulator.gpu_metrics())
+        return services.record_snapshot(ACTOR, self.cluster, self.simulator.snapshot())
+
+    def write_lines(self, lines: Iterable[LogLine]) -> None:
+        by_file: dict[Path, list[str]] = defaultdict(list)
+        for line in lines:
+            if line.job_id:
+                by_file[job_output_path(self.cluster, line.job_id)].append(line.text)
+            elif line.host:
+                by_file[self.directory / "nodes" / f"{line.host}.log"].append(line.text)
+        for path, texts in by_file.items():
+            with path.open("a", encoding="utf-8") as handle:
+                handle.write("\n".join(texts) + "\n")
+
+    def write_metrics(self, samples: Iterable[MetricSample]) -> None:
+        """Replace the exposition file at once, so a reader never sees half a scrape."""
+        target = self.directory / "metrics.prom"
+        partial = target.with_suffix(".prom.tmp")
+        partial.write_text("".join(_exposition_line(sample) for sample in samples))
+        os.replace(partial, target)
+
+
+def _exposition_line(sample: MetricSample) -> str:
+    labels = f'gpu="{sample.gpu}",Hostname="{sample.host}"'
+    if sample.job_id:
+        labels += f',hpc_job="{sample.job_id}"'
+    return f"{sample.name}{{{labels}}} {sample.value:g}\n"

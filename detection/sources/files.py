@@ -51,7 +51,8 @@ class FilesConfig:
 
     ``pattern`` is a glob under ``directory`` (``**/slurm-*.out`` recurses). ``name_regex`` takes
     the job id from a file's name: a ``job`` group and an optional array ``task`` group; files
-    whose names do not match are ignored.
+    whose names do not match are ignored. With ``names_hosts`` the files are nodes' system logs
+    (``gpu-node-007.log``): the ``job`` group names the node, and lines carry it as their host.
     """
 
     directory: str
@@ -63,6 +64,7 @@ class FilesConfig:
     flush_partial_after: timedelta | None = timedelta(seconds=60)
     forget_after: timedelta = timedelta(hours=1)
     parse_timestamps: bool = True
+    names_hosts: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,10 @@ class _Run:
     def emit(self, raw: bytes, state: _FileState, written: datetime) -> None:
         text = self.cleaner.from_bytes(raw)
         at = leading_timestamp(text) if self.config.parse_timestamps else None
-        self.lines.append(LogLine(at=at or written, text=text, job_id=state.job_id))
+        if self.config.names_hosts:
+            self.lines.append(LogLine(at=at or written, text=text, host=state.job_id))
+        else:
+            self.lines.append(LogLine(at=at or written, text=text, job_id=state.job_id))
 
 
 class JobOutputFiles:

@@ -1,0 +1,25 @@
+from django.db import migrations
+
+
+def schedule(apps, schema_editor):
+    IntervalSchedule = apps.get_model("django_celery_beat", "IntervalSchedule")
+    PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
+    every_second, _ = IntervalSchedule.objects.get_or_create(every=1, period="seconds")
+    PeriodicTask.objects.update_or_create(
+        name="detection: dispatch due cluster scans",
+        defaults={"task": "detection.tasks.dispatch_scans", "interval": every_second},
+    )
+
+
+def unschedule(apps, schema_editor):
+    apps.get_model("django_celery_beat", "PeriodicTask").objects.filter(
+        task="detection.tasks.dispatch_scans"
+    ).delete()
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("detection", "0001_initial"),
+        ("django_celery_beat", "0019_alter_periodictasks_options"),
+    ]
+    operations = [migrations.RunPython(schedule, unschedule)]

@@ -1,0 +1,192 @@
+"""Detection's rows: where each telemetry source got to, what we know of each running attempt,
+and the anomalies found. Written only by ``detection.services``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from recovery_console.models import Attempt, Cluster, Workload
+
+from .config import DetectorConfig, InvalidDetectorSettings, build_detector_config
+from .constants import Attribution, Category, ConfidenceLabel, Kind
+from .telemetry import LogLine
+
+
+class SourceCursor(models.Model):
+    """How far one telemetry source of a cluster has been read, and whether it is healthy.
+
+    The cursor is saved in the same transaction as what was read, so a restart neither loses
+    nor repeats lines."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="source_cursors")
+    source = models.CharField(max_length=64)
+    cursor = models.JSONField(default=dict, blank=True)
+    healthy = models.BooleanField(default=True)
+    last_error = models.TextField(blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["cluster", "source"], name="source_cursor_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}:{self.source}"
+
+
+class AttemptMonitor(models.Model):
+    """Detector state of one attempt between scans: its progress tracker, throughput history
+    and the matched log lines so far (bounded), as JSON."""
+
+    attempt = models.OneToOneField(Attempt, on_delete=models.CASCADE, related_name="monitor")
+    progress = models.JSONField(default=dict, blank=True)
+    throughput = models.JSONField(default=dict, blank=True)
+    matched_lines = models.JSONField(default=list, blank=True)
+    lines_seen = models.PositiveBigIntegerField(default=0)
+    last_step = models.BigIntegerField(null=True, blank=True)
+    last_progress_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"monitor of {self.attempt}"
+
+
+class DetectionSettings(models.Model):
+    """A cluster's detector settings, editable at runtime and validated on save: its own
+    signatures (specs for ``detection.signatures.compile_signature``), a progress-line pattern,
+    the hang and straggler knobs, and the poll interval."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="detection")
+    signatures = models.JSONField(default=list, blank=True)
+    progress_pattern = models.CharField(max_length=500, blank=True)
+    hang = models.JSONField(default=dict, blank=True)
+    straggler = models.JSONField(default=dict, blank=True)
+    poll_seconds = models.FloatField(default=5.0)
+    # A scan holds this lease so two workers never scan one cluster at once.
+    scan_lease_until = models.DateTimeField(null=True, blank=True)
+    # When the dispatcher next enqueues a scan (claimed with a conditional update).
+    next_scan_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"detection settings of {self.cluster}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.full_clean(exclude=["cluster"])
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        try:
+            self.detector_config()
+        except InvalidDetectorSettings as exc:
+            raise ValidationError(exc.problems) from exc
+
+    def detector_config(self) -> DetectorConfig:
+        return build_detector_config(
+            signatures=self.signatures,
+            progress_pattern=self.progress_pattern,
+            hang=self.hang,
+            straggler=self.straggler,
+            poll_seconds=self.poll_seconds,
+        )
+
+
+class AnomalyFamily(models.TextChoices):
+    INTERRUPTION = "interruption", "Interruption (crash or hang)"
+    STRAGGLER = "straggler"
+
+
+class AnomalyState(models.TextChoices):
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+class Anomaly(models.Model):
+    """One detected interruption of an attempt: a crash, a hang or a straggler.
+
+    An attempt is interrupted once: all evidence of its interruption (log lines, metrics, the
+    scheduler's view) makes one anomaly, whose root cause sharpens as evidence arrives; repeats
+    (a flood of one Xid, one watchdog line on 512 ranks) only count. A slowdown is a separate
+    family. ``first_evidence_at`` → ``detected_at`` is the detection latency."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="anomalies")
+    workload = models.ForeignKey(Workload, on_delete=models.PROTECT, related_name="anomalies")
+    attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, related_name="anomalies")
+    family = models.CharField(max_length=16, choices=AnomalyFamily.choices)
+    kind = models.CharField(max_length=16, choices=[(k.value, k.value) for k in Kind])
+    category = models.CharField(max_length=32, choices=[(c.value, c.value) for c in Category])
+    attribution = models.CharField(max_length=32, choices=[(a.value, a.value) for a in Attribution])
+    confidence = models.FloatField(default=0.0)
+    confidence_label = models.CharField(
+        max_length=16, choices=[(c.value, c.value) for c in ConfidenceLabel]
+    )
+    root_cause = models.CharField(max_length=200)
+    implicated_hosts = models.JSONField(default=list, blank=True)
+    summary = models.CharField(max_length=500)
+    explanation = models.TextField(blank=True)
+    evidence = models.JSONField(default=list, blank=True)
+    occurrences = models.PositiveIntegerField(default=1)
+    state = models.CharField(max_length=16, choices=AnomalyState.choices, default=AnomalyState.OPEN)
+    first_evidence_at = models.DateTimeField()
+    detected_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["attempt", "family"], name="anomaly_one_per_family")
+        ]
+        indexes: ClassVar = [models.Index(fields=["cluster", "detected_at"])]
+        ordering: ClassVar = ["-detected_at"]
+        verbose_name_plural = "anomalies"
+
+    def __str__(self) -> str:
+        return f"{self.kind} of {self.attempt}: {self.category}"
+
+    @property
+    def detection_latency_seconds(self) -> float:
+        return (self.detected_at - self.first_evidence_at).total_seconds()
+
+
+class PendingLines(models.Model):
+    """Lines of a job the scheduler has not reported yet (its output can be read before the
+    next snapshot names it). Bounded, and adopted by the job's first attempt when it appears."""
+
+    MAX_LINES = 500
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    job_id = models.CharField(max_length=64)
+    lines = models.JSONField(default=list)
+    first_at = models.DateTimeField()
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["cluster", "job_id"], name="pending_lines_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{len(self.lines)} pending lines of job {self.job_id}"
+
+    @classmethod
+    def hold(cls, cluster: Cluster, job_id: str, lines: list[LogLine]) -> None:
+        row, _ = cls.objects.select_for_update().get_or_create(
+            cluster=cluster, job_id=job_id, defaults={"first_at": lines[0].at}
+        )
+        row.lines = (row.lines + [[line.at.isoformat(), line.text] for line in lines])[
+            -cls.MAX_LINES :
+        ]
+        row.save()
+
+    @classmethod
+    def take(cls, cluster: Cluster, job_id: str) -> list[LogLine]:
+        row = cls.objects.select_for_update().filter(cluster=cluster, job_id=job_id).first()
+        if row is None:
+            return []
+        row.delete()
+        return [
+            LogLine(at=datetime.fromisoformat(at), text=text, job_id=job_id)
+            for at, text in row.lines
+        ]

@@ -1,0 +1,139 @@
+"""Builds a cluster's telemetry sources from its ``telemetry`` settings document.
+
+``logs.type``: ``simulated`` (the files the simulated cluster writes), ``files`` (a directory of
+Slurm output files, optionally a directory of nodes' system logs), ``loki`` or ``victorialogs``.
+``metrics.type``: ``simulated`` (the simulator's exposition file), ``prometheus`` or ``none``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from django.conf import settings
+
+from recovery_console.models import Cluster
+
+from .sources import (
+    FilesConfig,
+    HttpAuth,
+    JobOutputFiles,
+    LabelNames,
+    LogSource,
+    LokiConfig,
+    LokiSource,
+    MetricScrape,
+    PrometheusConfig,
+    PrometheusSource,
+    VictoriaLogsConfig,
+    VictoriaLogsSource,
+)
+from .sources.textfile import TextfileConfig, TextfileMetrics
+
+NODE_LOG_NAMES = r"^(?P<job>[A-Za-z0-9._-]+)\.log$"
+
+
+class MetricsSource(Protocol):
+    def scrape(self, now: Any = None) -> MetricScrape: ...
+
+
+@dataclass
+class ClusterSources:
+    """The log sources (by a stable name, which keys their cursors) and the metrics source."""
+
+    logs: dict[str, LogSource] = field(default_factory=dict)
+    metrics: MetricsSource | None = None
+
+
+def simulator_directory(cluster: Cluster) -> Path:
+    return Path(settings.SIMULATOR_OUTPUT_DIR) / cluster.name
+
+
+def build_sources(cluster: Cluster) -> ClusterSources:
+    telemetry = cluster.telemetry or {}
+    return ClusterSources(
+        logs=_log_sources(cluster, telemetry.get("logs") or {"type": "simulated"}),
+        metrics=_metrics_source(cluster, telemetry.get("metrics") or {"type": "simulated"}),
+    )
+
+
+def _log_sources(cluster: Cluster, spec: dict[str, Any]) -> dict[str, LogSource]:
+    kind = spec.get("type", "simulated")
+    if kind == "simulated":
+        directory = simulator_directory(cluster)
+        return {
+            "job-files": JobOutputFiles(FilesConfig(directory=str(directory))),
+            "node-logs": _node_logs(str(directory / "nodes")),
+        }
+    if kind == "files":
+        sources: dict[str, LogSource] = {
+            "job-files": JobOutputFiles(
+                FilesConfig(
+                    directory=spec["path"],
+                    pattern=spec.get("pattern", "slurm-*.out"),
+                    name_regex=spec.get("name_regex") or FilesConfig.name_regex,
+                )
+            )
+        }
+        if spec.get("node_logs_path"):
+            sources["node-logs"] = _node_logs(spec["node_logs_path"])
+        return sources
+    if kind == "loki":
+        return {"loki": LokiSource(LokiConfig(base_url=spec["url"], **_remote(spec)))}
+    if kind == "victorialogs":
+        return {
+            "victorialogs": VictoriaLogsSource(
+                VictoriaLogsConfig(base_url=spec["url"], **_remote(spec))
+            )
+        }
+    raise ValueError(f"unknown log source type {kind!r}")
+
+
+def _node_logs(directory: str) -> JobOutputFiles:
+    return JobOutputFiles(
+        FilesConfig(
+            directory=directory, pattern="*.log", name_regex=NODE_LOG_NAMES, names_hosts=True
+        )
+    )
+
+
+def _remote(spec: dict[str, Any]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if spec.get("query"):
+        options["query"] = spec["query"]
+    if spec.get("labels"):
+        options["labels"] = LabelNames(**{k: tuple(v) for k, v in spec["labels"].items()})
+    token = _secret(spec, "token")
+    if token or spec.get("username"):
+        options["auth"] = HttpAuth(
+            username=spec.get("username"), password=_secret(spec, "password"), bearer_token=token
+        )
+    if spec.get("tenant") and spec["type"] == "loki":
+        options["tenant"] = spec["tenant"]
+    return options
+
+
+def _secret(spec: dict[str, Any], name: str) -> str | None:
+    """A credential inline, or (better) from a file named by ``<name>_file``."""
+    if spec.get(f"{name}_file"):
+        return Path(spec[f"{name}_file"]).read_text().strip()
+    value = spec.get(name)
+    return str(value) if value else None
+
+
+def _metrics_source(cluster: Cluster, spec: dict[str, Any]) -> MetricsSource | None:
+    kind = spec.get("type", "simulated")
+    if kind == "simulated":
+        return TextfileMetrics(
+            TextfileConfig(path=str(simulator_directory(cluster) / "metrics.prom"))
+        )
+    if kind == "prometheus":
+        return PrometheusSource(
+            PrometheusConfig(
+                base_url=spec["url"],
+                selector=spec.get("selector", ""),
+                job_label=spec.get("job_label", "hpc_job"),
+            )
+        )
+    return None
