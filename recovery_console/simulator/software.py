@@ -1,0 +1,270 @@
+"""Scripts of software, application, maintenance and unexplained faults.
+
+Apart from a dead fabric manager, none of these is a node's fault: the root cause is in the
+job's own output (or in a file system's kernel messages) and the ground truth names no host.
+"""
+
+from __future__ import annotations
+
+from detection.telemetry import JobState
+
+from . import failtext as ft
+from .scenes import NCCL_VERSION, Scene, fast_teardown, peer_ranks, watchdog_teardown
+from .state import Phase
+from .textgen import deepspeed_step, hf_logs, megatron_iteration
+
+
+def fs_crash(s: Scene) -> None:
+    v, w, kind = s.voice, s.job.workload, s.entry.detail
+    if kind == "nospace":
+        it = s.run.iteration_at(s.t0)
+        s.say(
+            0.0,
+            [
+                v.out(
+                    v.log_rank,
+                    f"saving checkpoint at iteration {it:7d} to {w.ckpt_dir} in torch_dist format",
+                )
+            ],
+        )
+        s.rank, s.pos = 0, 0
+        exc = ["OSError: [Errno 28] No space left on device"]
+        s.err(0.0, 0, ft.traceback(v.framework, "save", exc))
+    elif kind == "stale":
+        path = f"/nfs/datasets/{w.name}/train_text_document.bin"
+        s.err(
+            0.0,
+            s.rank,
+            ft.traceback(
+                v.framework, "read", [f"OSError: [Errno 116] Stale file handle: '{path}'"]
+            ),
+        )
+    else:
+        ost = f"scratch-OST{s.rng.randrange(64):04x}"
+        s.kernel(
+            0.0,
+            s.node,
+            [
+                f"LustreError: 11-0: {ost}-osc-ffff9a3c7e1f8000: operation ost_read to node "
+                "10.10.0.12@o2ib failed: rc = -107",
+                f"Lustre: {ost}-osc-ffff9a3c7e1f8000: Connection to {ost} (at 10.10.0.12@o2ib) "
+                "was lost; in progress operations using this service will wait for recovery to "
+                "complete",
+            ],
+        )
+        path = f"/lustre/scratch/datasets/{w.name}/train_text_document.bin"
+        s.err(
+            0.5,
+            s.rank,
+            ft.traceback(v.framework, "read", [f"OSError: [Errno 5] Input/output error: '{path}'"]),
+        )
+    s.halt(Phase.FAILING)
+    fast_teardown(s, 1.0)
+
+
+def fs_hang(s: Scene) -> None:
+    for pos, node in enumerate(s.run.nodes):
+        s.kernel(0.0, node, ["nfs: server nfs01 not responding, still trying"])
+        pid = s.voice.pid(pos * s.gpn)
+        s.kernel(122.0, node, [f"INFO: task python3:{pid} blocked for more than 122 seconds."])
+    s.halt(Phase.HUNG)
+    watchdog_teardown(s, set(range(s.pos * s.gpn, (s.pos + 1) * s.gpn)))
+
+
+def fabric_manager(s: Scene) -> None:
+    s.syslog(
+        0.0,
+        s.node,
+        [
+            "systemd[1]: nvidia-fabricmanager.service: Main process exited, code=exited, "
+            "status=1/FAILURE",
+            "systemd[1]: nvidia-fabricmanager.service: Failed with result 'exit-code'.",
+        ],
+    )
+    s.halt(Phase.FAILING)
+    exc = ft.dist_backend_error(
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+        NCCL_VERSION,
+        "Cuda failure 'system not yet initialized'",
+        "ncclUnhandledCudaError: Call to CUDA function failed.",
+    )
+    s.err(1.0, s.rank, ft.traceback(s.voice.framework, "collective", exc))
+    fast_teardown(s, 1.5)
+
+
+def c10d_store(s: Scene) -> None:
+    v, master = s.voice, s.voice.hosts[0]
+    ranks = peer_ranks(s, 3)
+    s.rank, s.pos = ranks[0], ranks[0] // s.gpn
+    message = (
+        "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote "
+        "server shutdown or crash?"
+    )
+    for rank in ranks:
+        where = (
+            f"SocketImpl(fd={40 + rank}, addr=[{v.host(rank)}]:{41000 + rank}, "
+            f"remote=[{master}]:29500)"
+        )
+        s.say(
+            0.0,
+            [
+                v.glog(
+                    rank,
+                    s.d(0.0),
+                    "TCPStore.cpp:122",
+                    f"[c10d] recvValue failed on {where}: {message}",
+                    level="W",
+                )
+            ],
+        )
+        s.err(
+            0.2,
+            rank,
+            ft.traceback(
+                v.framework, "collective", [f"torch.distributed.DistStoreError: {message}"]
+            ),
+        )
+    s.halt(Phase.FAILING)
+    fast_teardown(s, 1.0)
+
+
+def cuda_oom(s: Scene) -> None:
+    v, gib = s.voice, s.rng.choice((1.0, 2.0, 3.5, 4.0))
+    name = "torch.OutOfMemoryError" if v.torch_new else "torch.cuda.OutOfMemoryError"
+    message = (
+        f"{name}: CUDA out of memory. Tried to allocate {gib:.2f} GiB. GPU {s.gpu} has a "
+        f"total capacity of 79.10 GiB of which {gib * 0.6:.2f} GiB is free. Process "
+        f"{v.pid(s.rank)} has 78.04 GiB memory in use. Of the allocated memory 74.12 GiB "
+        "is allocated by PyTorch, and 2.31 GiB is reserved by PyTorch but unallocated. If "
+        "reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+        "documentation for Memory Management  "
+        "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+    )
+    s.err(0.0, s.rank, ft.traceback(v.framework, "forward", [message]))
+    s.halt(Phase.FAILING)
+    fast_teardown(s, 0.5)
+
+
+def nan_loss(s: Scene) -> None:
+    v, w, d = s.voice, s.job.workload, s.d(0.0)
+    it = max(1, s.run.iteration_at(s.t0))
+    nan = float("nan")
+    s.rank, s.pos = v.log_rank, v.log_rank // s.gpn
+    if w.framework == "megatron":
+        line = megatron_iteration(
+            d, it, w.train_iters, w.gbs, w.spi * 1000, w.tflops, w.lr_peak, nan, nan, nan_iters=1
+        )
+        s.say(0.0, [v.out(s.rank, line)])
+        exc = [
+            f"AssertionError: Rank {s.rank}: found NaN in local grad norm in backward pass "
+            f"before data-parallel communication collective. Device: {s.rank % s.gpn}, node: "
+            f"{v.host(s.rank)}"
+        ]
+    elif w.framework == "deepspeed":
+        stamp = f"[{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d}]"
+        s.say(
+            0.0,
+            [
+                v.out(
+                    s.rank,
+                    f"{stamp} [INFO] [loss_scaler.py:183:update_scale] [deepspeed] "
+                    f"OVERFLOW! Rank {s.rank} Skipping step. Attempted loss scale: {n}, "
+                    f"reducing to {max(1, n // 2)}",
+                )
+                for n in (4, 2, 1)
+            ],
+        )
+        exc = [
+            "Exception: Current loss scale already at minimum - cannot decrease scale "
+            "anymore. Exiting run."
+        ]
+    else:
+        s.say(
+            0.0,
+            [
+                v.out(
+                    s.rank,
+                    f"{{'loss': nan, 'grad_norm': nan, 'learning_rate': "
+                    f"{w.lr_peak:.4g}, 'epoch': {round(3.0 * it / w.train_iters, 2)!r}}}",
+                )
+            ],
+        )
+        exc = [
+            "RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output."
+        ]
+    s.err(0.5, s.rank, ft.traceback(w.framework, "backward", exc))
+    s.halt(Phase.FAILING)
+    fast_teardown(s, 1.0)
+
+
+def app_error(s: Scene) -> None:
+    v = s.voice
+    leaf = {"shape_mismatch": "forward", "config_key_error": "config"}.get(s.entry.key, "import")
+    # The same code fails on every rank at once; the first one to print is rank 0.
+    for n, rank in enumerate(sorted({0, *range(0, v.world, s.gpn)})[:8]):
+        dt = 0.0 if n == 0 else s.rng.uniform(0.0, 0.5)
+        s.err(dt, rank, ft.traceback(v.framework, leaf, [s.entry.error]))
+    s.rank, s.pos = 0, 0
+    s.halt(Phase.FAILING)
+    fast_teardown(s, 1.0)
+
+
+def admin_down(s: Scene) -> None:
+    reason = s.rng.choice(
+        (
+            "maint: BMC firmware update",
+            "maint: reseat HGX baseboard",
+            "hw swap: PSU2",
+            "kernel upgrade 6.8.0-51",
+        )
+    )
+    lines = [
+        f"srun: error: Node failure on {s.node.name}",
+        *ft.step_cancelled(s.voice, s.job.raw_id, s.d(0.0), "NODE FAILURE"),
+    ]
+    s.node.offline = True
+    s.halt(Phase.FAILING)
+    s.node_down(0.0, s.node, reason, lines)
+    s.node_back(s.rng.uniform(1800.0, 5400.0), s.node)
+
+
+def time_limit(s: Scene) -> None:
+    v = s.voice
+    lines = ft.step_cancelled(v, s.job.raw_id, s.d(0.0), "TIME LIMIT")
+    for pos in range(len(v.hosts)):
+        lines += ft.agent_sigterm(v, pos, s.d(0.0))
+    s.say(0.0, lines)
+    s.halt(Phase.FAILING)
+    s.end(s.rng.uniform(0.5, 2.0), JobState.TIMEOUT, 0, 15, "TimeLimit")
+
+
+def unknown_exit(s: Scene) -> None:
+    v, w = s.voice, s.job.workload
+    if s.entry.detail == "sigkill":
+        pid = v.pids[0] - 7
+        s.say(
+            0.0,
+            [
+                f"/var/spool/slurmd/job{s.job.raw_id:05d}/slurm_script: line 38: {pid} "
+                f"Killed                  srun --kill-on-bad-exit=1 python3 {w.script}"
+            ],
+        )
+        s.halt(Phase.FAILING)
+        s.end(s.rng.uniform(1.0, 3.0), JobState.FAILED, 137, 0, "NonZeroExitCode")
+        return
+    # The log just stops, mid-line, as when a process dies while its buffer is flushed.
+    line = _progress_text(s, max(1, s.run.iteration_at(s.t0)))
+    s.say(0.0, [v.out(v.log_rank, line[: s.rng.randrange(len(line) // 3, len(line) - 5)])])
+    s.halt(Phase.FAILING)
+    s.end(s.rng.uniform(3.0, 15.0), JobState.FAILED, 1, 0, "NonZeroExitCode")
+
+
+def _progress_text(s: Scene, it: int) -> str:
+    w, d, loss = s.job.workload, s.d(0.0), s.job.workload.loss_floor + 0.3
+    if w.framework == "megatron":
+        ms = w.spi * 1000
+        return megatron_iteration(d, it, w.train_iters, w.gbs, ms, w.tflops, w.lr_peak, loss, 0.5)
+    if w.framework == "deepspeed":
+        return deepspeed_step(d, it, w.lr_peak, loss, w.spi, w.gbs)[0]
+    return hf_logs(it, w.train_iters, loss, 0.5, w.lr_peak, 1.0, w.spi, 60.0)[0]
