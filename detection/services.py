@@ -108,6 +108,7 @@ def scan_cluster(
             return summary
         config = detection_settings_of(cluster).detector_config()
         sources = sources or build_sources(cluster)
+        _adopt_pending_lines(cluster, now, config, summary)
         for name, source in sources.logs.items():
             _read_log_source(cluster, name, source, now, config, summary)
         samples = _read_metrics(cluster, sources, now, summary)
@@ -232,13 +233,28 @@ def _attempts_by_host(cluster: Cluster, now: datetime) -> dict[str, list[Attempt
     return by_host
 
 
-def adopt_pending_lines(cluster: Cluster, attempt: Attempt, config: DetectorConfig) -> None:
-    """Lines that arrived before the scheduler reported their job join its first attempt."""
-    lines = PendingLines.take(cluster, attempt.job_id)
-    if lines:
-        monitor = monitoring.load(attempt)
-        monitoring.observe(monitor, lines, config)
-        monitor.save()
+def _adopt_pending_lines(
+    cluster: Cluster, now: datetime, config: DetectorConfig, summary: ScanSummary
+) -> None:
+    """Lines that arrived before the scheduler reported their job join its attempt once it is
+    known; lines of a job never reported within LATE_LINES are dropped (and said so)."""
+    pending = PendingLines.objects.filter(cluster=cluster)
+    if not pending.exists():
+        return
+    known = _latest_attempts(cluster, pending.values_list("job_id", flat=True))
+    for job_id in pending.values_list("job_id", flat=True):
+        with transaction.atomic():
+            lines = PendingLines.take(cluster, job_id)
+            if job_id in known:
+                _process_lines(cluster, lines, now, config, summary)
+            elif lines and now - lines[0].at < LATE_LINES:
+                PendingLines.hold(cluster, job_id, lines)
+            else:
+                log.warning(
+                    "dropped %d lines of job %s: the scheduler never reported it",
+                    len(lines),
+                    job_id,
+                )
 
 
 def _diagnose_from_logs(

@@ -15,6 +15,8 @@ from typing import Any
 
 from django.conf import settings
 
+from detection.sources.memory import MemoryLogSource, MemoryMetrics
+from detection.sourcing import ClusterSources
 from detection.telemetry import LogLine, MetricSample
 
 from . import services
@@ -77,13 +79,23 @@ def _next_job_id(cluster: Cluster) -> int:
 
 
 class SimulationRunner:
-    """Drives one simulated cluster and writes what it produces where detection reads it."""
+    """Drives one simulated cluster and writes what it produces where detection reads it.
 
-    def __init__(self, cluster: Cluster, start: datetime | None = None) -> None:
+    By default it writes files, as a real site would. ``in_process`` hands lines and metrics
+    to detection directly instead (``sources``), keeping the simulator's clock: the benchmark
+    and tests run simulated hours in seconds that way."""
+
+    def __init__(
+        self, cluster: Cluster, start: datetime | None = None, *, in_process: bool = False
+    ) -> None:
         self.cluster = cluster
         self.simulator = SimulatedCluster(simulation_config(cluster, start or datetime.now(UTC)))
         self.directory = output_dir(cluster)
-        (self.directory / "nodes").mkdir(parents=True, exist_ok=True)
+        self.sources: ClusterSources | None = None
+        if in_process:
+            self.sources = ClusterSources({"memory": MemoryLogSource()}, MemoryMetrics())
+        else:
+            (self.directory / "nodes").mkdir(parents=True, exist_ok=True)
 
     @property
     def now(self) -> datetime:
@@ -96,6 +108,9 @@ class SimulationRunner:
         return services.record_snapshot(ACTOR, self.cluster, self.simulator.snapshot())
 
     def write_lines(self, lines: Iterable[LogLine]) -> None:
+        if self.sources is not None:
+            self.sources.logs["memory"].push(lines)  # type: ignore[attr-defined]
+            return
         by_file: dict[Path, list[str]] = defaultdict(list)
         for line in lines:
             if line.job_id:
@@ -108,6 +123,9 @@ class SimulationRunner:
 
     def write_metrics(self, samples: Iterable[MetricSample]) -> None:
         """Replace the exposition file at once, so a reader never sees half a scrape."""
+        if self.sources is not None:
+            self.sources.metrics.publish(samples)  # type: ignore[union-attr]
+            return
         target = self.directory / "metrics.prom"
         partial = target.with_suffix(".prom.tmp")
         partial.write_text("".join(_exposition_line(sample) for sample in samples))

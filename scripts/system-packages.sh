@@ -6,7 +6,7 @@ set -euo pipefail
 role=${1:-build}
 want=(pkg-config libmariadb-dev gcc)
 if [ "$role" = test ]; then
-  want+=(mariadb-server redis-server)
+  want+=(mariadb-server redis-server prometheus)
 fi
 missing=()
 for pkg in "${want[@]}"; do
