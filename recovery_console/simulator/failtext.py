@@ -181,36 +181,24 @@ def watchdog_timeout(
         f"[Rank {rank}] Watchdog caught collective operation timeout: {work} ran for "
         f"{ran_ms} milliseconds before timing out."
     )
+    down = f"[Rank {rank}] To avoid data inconsistency, we are taking the entire process down."
     if not voice.torch_new:
+        # PyTorch before 2.2: no timestamps, and a std::runtime_error with the message.
         return [
             voice.glog(rank, d, "ProcessGroupNCCL.cpp:475", caught),
-            voice.glog(
-                rank,
-                d,
-                "ProcessGroupNCCL.cpp:495",
-                f"[Rank {rank}] To avoid data "
-                "inconsistency, we are taking the entire process down.",
-            ),
+            voice.glog(rank, d, "ProcessGroupNCCL.cpp:495", down),
             voice.err(rank, "terminate called after throwing an instance of 'std::runtime_error'"),
             voice.err(rank, f"  what():  {caught}"),
         ]
-    pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}]"
+    detected = (
+        f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}] Exception (either an error or timeout) "
+        f"detected by watchdog at work: {seq}, last enqueued NCCL work: {seq + 2}, last "
+        f"completed NCCL work: {seq - 1}."
+    )
     return [
         voice.glog(rank, d, "ProcessGroupNCCL.cpp:616", caught),
-        voice.glog(
-            rank,
-            d,
-            "ProcessGroupNCCL.cpp:1785",
-            f"{pg} Exception (either an error or "
-            f"timeout) detected by watchdog at work: {seq}, last enqueued NCCL work: "
-            f"{seq + 2}, last completed NCCL work: {seq - 1}.",
-        ),
-        voice.glog(
-            rank,
-            d,
-            "ProcessGroupNCCL.cpp:636",
-            f"[Rank {rank}] To avoid data inconsistency, we are taking the entire process down.",
-        ),
+        voice.glog(rank, d, "ProcessGroupNCCL.cpp:1785", detected),
+        voice.glog(rank, d, "ProcessGroupNCCL.cpp:636", down),
         voice.err(rank, "terminate called after throwing an instance of 'c10::DistBackendError'"),
     ]
 

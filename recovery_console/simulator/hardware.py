@@ -23,6 +23,12 @@ from .scenes import (
 )
 from .state import Phase
 
+SYSTEM = (
+    "unhandled system error (run with NCCL_DEBUG=INFO for details)",
+    "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or "
+    "device error.",
+)
+
 
 def gpu_crash(s: Scene) -> None:
     e = s.entry
@@ -76,6 +82,8 @@ def throttle(s: Scene) -> None:
 
 
 def ib_crash(s: Scene) -> None:
+    """The bad link is on the implicated host: its HCA port drops, its rank's sends fail with
+    retry-exceeded (status 12), and the peer sees flushed receives or a reset connection."""
     v = s.voice
     peer = peer_ranks(s, 1)[0]
     s.kernel(0.0, s.node, [ft.ib_port(s.gpu, "DOWN")])
@@ -88,7 +96,9 @@ def ib_crash(s: Scene) -> None:
     warn = ft.ib_completion(v, s.rank, v.ips[peer // s.gpn], 12, 129, "Send")
     s.say(0.8, warn)
     last = warn[0].split("NCCL WARN ", 1)[1]
-    exc = ft.dist_backend_error(REMOTE, NCCL_VERSION, last, REMOTE_CODE)
+    # NCCL versions disagree on whether this surfaces as a remote or a system error.
+    reason, code = (REMOTE, REMOTE_CODE) if s.rng.random() < 0.5 else SYSTEM
+    exc = ft.dist_backend_error(reason, NCCL_VERSION, last, code)
     s.err(1.2, s.rank, ft.traceback(v.framework, "collective", exc))
     fast_teardown(s, 1.5)
 

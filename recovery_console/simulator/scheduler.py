@@ -303,10 +303,12 @@ class SimulatedScheduler:
         for node in job.nodes:
             if node.job is job:
                 node.completing = True
-        self._queue.push(self._clock.t + self._config.completing_s, self._release, job)
+        # The node list is taken now: by release time the job may run somewhere else.
+        nodes = tuple(job.nodes)
+        self._queue.push(self._clock.t + self._config.completing_s, self._release, job, nodes)
 
-    def _release(self, job: Job) -> None:
-        for node in job.nodes:
+    def _release(self, job: Job, nodes: tuple[Node, ...]) -> None:
+        for node in nodes:
             if node.job is job:
                 node.job, node.completing = None, False
         self._request_pass()

@@ -11,55 +11,47 @@ from detection.telemetry import JobState
 from . import failtext as ft
 from .scenes import NCCL_VERSION, Scene, fast_teardown, peer_ranks, watchdog_teardown
 from .state import Phase
-from .textgen import deepspeed_step, hf_logs, megatron_iteration
+from .textgen import deepspeed_step, ds_stamp, hf_logs, megatron_iteration
+
+LUSTRE_LOST = (
+    "LustreError: 11-0: {ost}-osc-ffff9a3c7e1f8000: operation ost_read to node 10.10.0.12@o2ib "
+    "failed: rc = -107",
+    "Lustre: {ost}-osc-ffff9a3c7e1f8000: Connection to {ost} (at 10.10.0.12@o2ib) was lost; in "
+    "progress operations using this service will wait for recovery to complete",
+)
 
 
 def fs_crash(s: Scene) -> None:
-    v, w, kind = s.voice, s.job.workload, s.entry.detail
-    if kind == "nospace":
-        it = s.run.iteration_at(s.t0)
-        s.say(
-            0.0,
-            [
-                v.out(
-                    v.log_rank,
-                    f"saving checkpoint at iteration {it:7d} to {w.ckpt_dir} in torch_dist format",
-                )
-            ],
-        )
-        s.rank, s.pos = 0, 0
-        exc = ["OSError: [Errno 28] No space left on device"]
-        s.err(0.0, 0, ft.traceback(v.framework, "save", exc))
-    elif kind == "stale":
-        path = f"/nfs/datasets/{w.name}/train_text_document.bin"
-        s.err(
-            0.0,
-            s.rank,
-            ft.traceback(
-                v.framework, "read", [f"OSError: [Errno 116] Stale file handle: '{path}'"]
-            ),
-        )
-    else:
-        ost = f"scratch-OST{s.rng.randrange(64):04x}"
-        s.kernel(
-            0.0,
-            s.node,
-            [
-                f"LustreError: 11-0: {ost}-osc-ffff9a3c7e1f8000: operation ost_read to node "
-                "10.10.0.12@o2ib failed: rc = -107",
-                f"Lustre: {ost}-osc-ffff9a3c7e1f8000: Connection to {ost} (at 10.10.0.12@o2ib) "
-                "was lost; in progress operations using this service will wait for recovery to "
-                "complete",
-            ],
-        )
-        path = f"/lustre/scratch/datasets/{w.name}/train_text_document.bin"
-        s.err(
-            0.5,
-            s.rank,
-            ft.traceback(v.framework, "read", [f"OSError: [Errno 5] Input/output error: '{path}'"]),
-        )
+    {"nospace": _no_space, "stale": _stale_handle}.get(s.entry.detail, _lustre_eio)(s)
     s.halt(Phase.FAILING)
     fast_teardown(s, 1.0)
+
+
+def _no_space(s: Scene) -> None:
+    """The checkpoint writer runs out of disk; rank 0 reports it."""
+    v, w = s.voice, s.job.workload
+    it = s.run.iteration_at(s.t0)
+    saving = f"saving checkpoint at iteration {it:7d} to {w.ckpt_dir} in torch_dist format"
+    s.say(0.0, [v.out(v.log_rank, saving)])
+    s.rank, s.pos = 0, 0
+    s.err(
+        0.0, 0, ft.traceback(v.framework, "save", ["OSError: [Errno 28] No space left on device"])
+    )
+
+
+def _stale_handle(s: Scene) -> None:
+    path = f"/nfs/datasets/{s.job.workload.name}/train_text_document.bin"
+    error = f"OSError: [Errno 116] Stale file handle: '{path}'"
+    s.err(0.0, s.rank, ft.traceback(s.voice.framework, "read", [error]))
+
+
+def _lustre_eio(s: Scene) -> None:
+    """The node's Lustre client loses an OST; a data-loader read on that node gets EIO."""
+    ost = f"scratch-OST{s.rng.randrange(64):04x}"
+    s.kernel(0.0, s.node, [line.format(ost=ost) for line in LUSTRE_LOST])
+    path = f"/lustre/scratch/datasets/{s.job.workload.name}/train_text_document.bin"
+    error = f"OSError: [Errno 5] Input/output error: '{path}'"
+    s.err(0.5, s.rank, ft.traceback(s.voice.framework, "read", [error]))
 
 
 def fs_hang(s: Scene) -> None:
@@ -92,38 +84,24 @@ def fabric_manager(s: Scene) -> None:
     fast_teardown(s, 1.5)
 
 
+STORE_LOST = (
+    "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown "
+    "or crash?"
+)
+
+
 def c10d_store(s: Scene) -> None:
+    """The TCPStore on the first node goes away; ranks elsewhere lose their store connection."""
     v, master = s.voice, s.voice.hosts[0]
     ranks = peer_ranks(s, 3)
     s.rank, s.pos = ranks[0], ranks[0] // s.gpn
-    message = (
-        "Failed to recv, got 0 bytes. Connection was likely closed. Did the remote "
-        "server shutdown or crash?"
-    )
+    error = [f"torch.distributed.DistStoreError: {STORE_LOST}"]
     for rank in ranks:
-        where = (
-            f"SocketImpl(fd={40 + rank}, addr=[{v.host(rank)}]:{41000 + rank}, "
-            f"remote=[{master}]:29500)"
-        )
-        s.say(
-            0.0,
-            [
-                v.glog(
-                    rank,
-                    s.d(0.0),
-                    "TCPStore.cpp:122",
-                    f"[c10d] recvValue failed on {where}: {message}",
-                    level="W",
-                )
-            ],
-        )
-        s.err(
-            0.2,
-            rank,
-            ft.traceback(
-                v.framework, "collective", [f"torch.distributed.DistStoreError: {message}"]
-            ),
-        )
+        where = f"SocketImpl(fd={40 + rank}, addr=[{v.host(rank)}]:{41000 + rank}, "
+        where += f"remote=[{master}]:29500)"
+        warning = f"[c10d] recvValue failed on {where}: {STORE_LOST}"
+        s.say(0.0, [v.glog(rank, s.d(0.0), "TCPStore.cpp:122", warning, level="W")])
+        s.err(0.2, rank, ft.traceback(v.framework, "collective", error))
     s.halt(Phase.FAILING)
     fast_teardown(s, 1.0)
 
@@ -147,55 +125,57 @@ def cuda_oom(s: Scene) -> None:
 
 
 def nan_loss(s: Scene) -> None:
-    v, w, d = s.voice, s.job.workload, s.d(0.0)
-    it = max(1, s.run.iteration_at(s.t0))
-    nan = float("nan")
+    """The loss goes NaN: the progress log shows it, then the framework's guard stops the run."""
+    v, w = s.voice, s.job.workload
     s.rank, s.pos = v.log_rank, v.log_rank // s.gpn
-    if w.framework == "megatron":
-        line = megatron_iteration(
-            d, it, w.train_iters, w.gbs, w.spi * 1000, w.tflops, w.lr_peak, nan, nan, nan_iters=1
-        )
-        s.say(0.0, [v.out(s.rank, line)])
-        exc = [
-            f"AssertionError: Rank {s.rank}: found NaN in local grad norm in backward pass "
-            f"before data-parallel communication collective. Device: {s.rank % s.gpn}, node: "
-            f"{v.host(s.rank)}"
-        ]
-    elif w.framework == "deepspeed":
-        stamp = f"[{d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d}]"
-        s.say(
-            0.0,
-            [
-                v.out(
-                    s.rank,
-                    f"{stamp} [INFO] [loss_scaler.py:183:update_scale] [deepspeed] "
-                    f"OVERFLOW! Rank {s.rank} Skipping step. Attempted loss scale: {n}, "
-                    f"reducing to {max(1, n // 2)}",
-                )
-                for n in (4, 2, 1)
-            ],
-        )
-        exc = [
-            "Exception: Current loss scale already at minimum - cannot decrease scale "
-            "anymore. Exiting run."
-        ]
-    else:
-        s.say(
-            0.0,
-            [
-                v.out(
-                    s.rank,
-                    f"{{'loss': nan, 'grad_norm': nan, 'learning_rate': "
-                    f"{w.lr_peak:.4g}, 'epoch': {round(3.0 * it / w.train_iters, 2)!r}}}",
-                )
-            ],
-        )
-        exc = [
-            "RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output."
-        ]
-    s.err(0.5, s.rank, ft.traceback(w.framework, "backward", exc))
+    it = max(1, s.run.iteration_at(s.t0))
+    shown, exception = _NAN[w.framework](s, it)
+    s.say(0.0, [v.out(s.rank, line) for line in shown])
+    s.err(0.5, s.rank, ft.traceback(w.framework, "backward", [exception]))
     s.halt(Phase.FAILING)
     fast_teardown(s, 1.0)
+
+
+def _megatron_nan(s: Scene, it: int) -> tuple[list[str], str]:
+    w, nan, rank = s.job.workload, float("nan"), s.rank
+    ms = w.spi * 1000
+    line = megatron_iteration(
+        s.d(0.0), it, w.train_iters, w.gbs, ms, w.tflops, w.lr_peak, nan, nan, nan_iters=1
+    )
+    # Megatron's --check-for-nan-in-loss-and-grad names the node, though it is not to blame.
+    error = (
+        f"AssertionError: Rank {rank}: found NaN in local grad norm in backward pass before "
+        f"data-parallel communication collective. Device: {rank % s.gpn}, node: "
+        f"{s.voice.host(rank)}"
+    )
+    return [line], error
+
+
+def _deepspeed_nan(s: Scene, it: int) -> tuple[list[str], str]:
+    stamp = ds_stamp(s.d(0.0))
+    lines = [
+        f"{stamp} [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank {s.rank} "
+        f"Skipping step. Attempted loss scale: {n}, reducing to {max(1, n // 2)}"
+        for n in (4, 2, 1)
+    ]
+    return lines, (
+        "Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
+        "Exiting run."
+    )
+
+
+def _hf_nan(s: Scene, it: int) -> tuple[list[str], str]:
+    w = s.job.workload
+    epoch = round(3.0 * it / w.train_iters, 2)
+    line = (
+        f"{{'loss': nan, 'grad_norm': nan, 'learning_rate': {w.lr_peak:.4g}, 'epoch': {epoch!r}}}"
+    )
+    return [line], (
+        "RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output."
+    )
+
+
+_NAN = {"megatron": _megatron_nan, "deepspeed": _deepspeed_nan, "hf": _hf_nan}
 
 
 def app_error(s: Scene) -> None:

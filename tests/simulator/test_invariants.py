@@ -61,17 +61,24 @@ def ordered(lines: list[LogLine], after: object, until: object) -> bool:
 @settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 10_000),
+    requeue_delay=st.sampled_from([0.0, 10.0]),
     steps=st.lists(
         st.tuples(st.floats(0.0, 1800.0), st.sampled_from(ACTIONS), st.integers(0, 1000)),
         max_size=10,
     ),
 )
 def test_any_seed_and_any_actions_keep_the_cluster_consistent(
-    seed: int, steps: list[tuple[float, str, int]]
+    seed: int, requeue_delay: float, steps: list[tuple[float, str, int]]
 ) -> None:
-    sim = SimulatedCluster(
-        SimulationConfig(seed=seed, nodes=16, workloads=5, fault_rate=1.0, nodes_per_job=(1, 4))
+    config = SimulationConfig(
+        seed=seed,
+        nodes=16,
+        workloads=5,
+        fault_rate=1.0,
+        nodes_per_job=(1, 4),
+        requeue_delay_s=requeue_delay,
     )
+    sim = SimulatedCluster(config)
     for seconds, action, pick in steps:
         before = sim.now
         lines = sim.advance(seconds)
