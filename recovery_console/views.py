@@ -4,6 +4,8 @@ from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from detection.models import Anomaly
+
 from .models import Attempt, Cluster, Node, Workload, WorkloadState
 from .simulation import tail_job_output
 
@@ -38,7 +40,14 @@ def _cluster_context(cluster: Cluster) -> dict[str, object]:
         .order_by("-ended_at")[:RECENT_FAILURES]
     )
     nodes = Node.objects.filter(cluster=cluster).values("state").annotate(count=Count("id"))
-    return {"cluster": cluster, "workloads": workloads, "failures": failures, "nodes": nodes}
+    anomalies = Anomaly.objects.filter(cluster=cluster).select_related("attempt", "workload")
+    return {
+        "cluster": cluster,
+        "workloads": workloads,
+        "failures": failures,
+        "nodes": nodes,
+        "anomalies": anomalies.order_by("-detected_at")[:RECENT_FAILURES],
+    }
 
 
 def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
@@ -55,4 +64,5 @@ def _workload_context(workload: Workload) -> dict[str, object]:
     attempts = list(workload.attempts.order_by("-first_seen_at", "-attempt_index"))
     latest = attempts[0] if attempts else None
     output = tail_job_output(workload.cluster, latest.job_id) if latest else []
-    return {"workload": workload, "attempts": attempts, "output": output}
+    anomalies = workload.anomalies.select_related("attempt").order_by("-detected_at")
+    return {"workload": workload, "attempts": attempts, "output": output, "anomalies": anomalies}
