@@ -5,6 +5,7 @@ source cursor it advances, so a restart neither loses nor repeats evidence."""
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ from .sources.base import SourceUnavailable
 from .sourcing import ClusterSources, build_sources
 
 log = logging.getLogger(__name__)
+_LINE_REFERENCE = re.compile(r" at line \d+")
 ACTOR = "system:detection"
 # Lines of an attempt may arrive after the scheduler reports its end (slow shippers, buffers).
 LATE_LINES = timedelta(minutes=15)
@@ -285,7 +287,8 @@ def _diagnose_from_logs(
         confidence=(diagnosis.confidence.value, diagnosis.confidence.label.value),
         hosts=list(diagnosis.implicated_hosts),
         root_cause=_root_cause_of(diagnosis),
-        summary=diagnosis.explanation.split(". ")[0][:500],
+        # The diagnosis numbers lines within the kept excerpt; the evidence carries real ones.
+        summary=_LINE_REFERENCE.sub("", diagnosis.explanation.split(". ")[0])[:500],
         explanation=diagnosis.explanation,
         evidence=evidence,
         first_evidence_at=datetime.fromisoformat(first),
