@@ -26,7 +26,7 @@ run: env
 test: env
 	scripts/system-packages.sh test
 	scripts/test-services.sh
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(VENV)/bin/pytest
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(VENV)/bin/pytest -n 2
 
 check: env
 	$(VENV)/bin/ruff check .

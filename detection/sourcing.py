@@ -103,7 +103,7 @@ def _remote(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("query"):
         options["query"] = spec["query"]
     if spec.get("labels"):
-        options["labels"] = LabelNames(**{k: tuple(v) for k, v in spec["labels"].items()})
+        options["labels"] = _label_names(spec["labels"])
     token = _secret(spec, "token")
     if token or spec.get("username"):
         options["auth"] = HttpAuth(
@@ -112,6 +112,22 @@ def _remote(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("tenant") and spec["type"] == "loki":
         options["tenant"] = spec["tenant"]
     return options
+
+
+def _label_names(spec: dict[str, Any]) -> LabelNames:
+    """Label names as a site configures them: lists tried in order, or one name."""
+    defaults = LabelNames()
+
+    def names(key: str) -> tuple[str, ...]:
+        value = spec.get(key, getattr(defaults, key))
+        return (value,) if isinstance(value, str) else tuple(value)
+
+    return LabelNames(
+        job_id=names("job_id"),
+        host=names("host"),
+        filename=names("filename"),
+        filename_regex=spec.get("filename_regex"),
+    )
 
 
 def _secret(spec: dict[str, Any], name: str) -> str | None:

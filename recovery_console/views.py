@@ -64,5 +64,6 @@ def _workload_context(workload: Workload) -> dict[str, object]:
     attempts = list(workload.attempts.order_by("-first_seen_at", "-attempt_index"))
     latest = attempts[0] if attempts else None
     output = tail_job_output(workload.cluster, latest.job_id) if latest else []
-    anomalies = workload.anomalies.select_related("attempt").order_by("-detected_at")
+    anomalies = Anomaly.objects.filter(workload=workload).select_related("attempt")
+    anomalies = anomalies.order_by("-detected_at")
     return {"workload": workload, "attempts": attempts, "output": output, "anomalies": anomalies}

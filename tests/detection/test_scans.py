@@ -1,0 +1,159 @@
+"""Scans of a cluster whose logs are Slurm output files on disk, as at a real site."""
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ValidationError
+from django_celery_beat.models import PeriodicTask
+
+from detection import services as detection
+from detection.models import Anomaly, AttemptMonitor, SourceCursor
+from detection.tasks import dispatch_scans
+from detection.telemetry import ClusterSnapshot, JobState
+from recovery_console import services
+from recovery_console.models import AuditEntry
+from tests.factories import JobRecordFactory
+
+pytestmark = pytest.mark.django_db
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+PROGRESS = " iteration {n:8d}/  100000 | elapsed time per iteration (ms): 900.0 | lm loss: 2.1 |\n"
+XID = "[rank9]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+KERNEL = "gpu-node-002: NVRM: Xid (PCI:0000:3b:00): 48, pid=4242, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.\n"
+
+
+@pytest.fixture
+def site(tmp_path: Path):
+    logs = tmp_path / "slurm-logs"
+    logs.mkdir()
+    cluster = services.create_cluster(
+        "user:alice",
+        "site",
+        telemetry={"logs": {"type": "files", "path": str(logs)}, "metrics": {"type": "none"}},
+        scheduler={"backend": "slurm"},
+    )
+    job = JobRecordFactory(job_id="9001", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
+    services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
+    return cluster, logs / "slurm-9001.out", job
+
+
+def append(path: Path, text: str) -> None:
+    with path.open("a") as handle:
+        handle.write(text)
+
+
+def test_a_restarted_scan_neither_loses_nor_repeats_lines(site) -> None:
+    cluster, output, _ = site
+    append(output, "".join(PROGRESS.format(n=n) for n in range(1, 4)))
+    first = detection.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    append(output, PROGRESS.format(n=4) + "half a line without its newline")
+    second = detection.scan_cluster(cluster, T0 + timedelta(minutes=2))  # fresh sources: a restart
+    assert (first.lines, second.lines) == (3, 1)
+    monitor = AttemptMonitor.objects.get()
+    assert (monitor.lines_seen, monitor.last_step) == (4, 4)
+    assert detection.scan_cluster(cluster, T0 + timedelta(minutes=3)).lines == 0
+
+
+def test_a_crash_in_the_output_file_becomes_one_anomaly_however_often_it_repeats(site) -> None:
+    cluster, output, _ = site
+    append(output, PROGRESS.format(n=1) + XID * 50)
+    summary = detection.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    append(output, XID * 50)
+    detection.scan_cluster(cluster, T0 + timedelta(minutes=2))
+    anomaly = Anomaly.objects.get()
+    assert summary.new_anomalies == 1
+    assert (anomaly.kind, anomaly.category) == ("crash", "gpu_hardware")
+    assert anomaly.evidence[0]["signature"]
+    assert AuditEntry.objects.filter(verb="anomaly.detected").count() == 1
+
+
+def test_a_missing_log_directory_marks_the_source_unhealthy_and_keeps_its_cursor(site) -> None:
+    cluster, output, _ = site
+    append(output, PROGRESS.format(n=1))
+    detection.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    cursor = SourceCursor.objects.get(source="job-files").cursor
+    renamed = output.parent.rename(output.parent.with_name("moved"))
+    summary = detection.scan_cluster(cluster, T0 + timedelta(minutes=2))
+    row = SourceCursor.objects.get(source="job-files")
+    assert summary.failed_sources and "missing or not readable" in summary.failed_sources[0]
+    assert (row.healthy, row.cursor) == (False, cursor)
+    assert "missing or not readable" in row.last_error
+    renamed.rename(output.parent)
+    append(output, PROGRESS.format(n=2))
+    assert detection.scan_cluster(cluster, T0 + timedelta(minutes=3)).lines == 1
+    assert SourceCursor.objects.get(source="job-files").healthy
+
+
+def test_lines_read_before_the_scheduler_reports_their_job_are_kept_for_it(site) -> None:
+    cluster, output, _ = site
+    early = output.with_name("slurm-9002.out")
+    append(early, PROGRESS.format(n=1) + XID)
+    detection.scan_cluster(cluster, T0 + timedelta(seconds=10))
+    assert not Anomaly.objects.exists()
+    job = JobRecordFactory(job_id="9002", start_time=T0)
+    services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
+    detection.scan_cluster(cluster, T0 + timedelta(seconds=20))
+    assert Anomaly.objects.get().attempt.job_id == "9002"
+
+
+def test_a_failed_job_with_a_silent_log_is_still_an_interruption(site) -> None:
+    cluster, _, job = site
+    failed = job.__class__(
+        **{**job.__dict__, "state": JobState.FAILED, "exit_code": 1, "end_time": T0}
+    )
+    services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (failed,), ()))
+    detection.scan_cluster(cluster, T0 + timedelta(seconds=5))
+    anomaly = Anomaly.objects.get()
+    assert (anomaly.kind, anomaly.confidence_label, anomaly.root_cause) == (
+        "crash",
+        "hypothesis",
+        "slurm:FAILED",
+    )
+
+
+def test_a_hung_job_is_found_when_its_progress_stops(site) -> None:
+    cluster, output, _ = site
+    append(output, "".join(PROGRESS.format(n=n) for n in range(1, 30)))
+    detection.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    assert not Anomaly.objects.exists()
+    detection.scan_cluster(cluster, T0 + timedelta(hours=1))
+    anomaly = Anomaly.objects.get()
+    assert (anomaly.kind, anomaly.root_cause) == ("hang", "hang:no-progress")
+
+
+def test_custom_signatures_are_validated_and_used(site) -> None:
+    cluster, output, _ = site
+    spec = {
+        "name": "site_fs_fence",
+        "pattern": r"GPFS: fence lost on (?P<host>\S+)",
+        "kind": "crash",
+        "category": "filesystem_io",
+        "attribution": "system_software",
+        "role": "initiating",
+    }
+    with pytest.raises(ValidationError, match="RE2"):
+        detection.update_detection_settings(
+            "user:bob", cluster, signatures=[spec | {"pattern": "(a"}]
+        )
+    assert detection.detection_settings_of(cluster).signatures == []
+    detection.update_detection_settings("user:bob", cluster, signatures=[spec])
+    append(output, "GPFS: fence lost on gpu-node-002\n")
+    detection.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    assert Anomaly.objects.get().category == "filesystem_io"
+    assert AuditEntry.objects.filter(verb="detection.settings_changed").exists()
+
+
+def test_beat_runs_the_dispatcher_and_each_cluster_is_claimed_once_per_interval(site) -> None:
+    cluster, _, _ = site
+    assert PeriodicTask.objects.filter(task="detection.tasks.dispatch_scans").exists()
+    now = T0 + timedelta(hours=1)
+    assert detection.claim_due_scans(now) == [cluster.pk]
+    assert detection.claim_due_scans(now + timedelta(seconds=1)) == []
+    assert detection.claim_due_scans(now + timedelta(seconds=6)) == [cluster.pk]
+
+
+def test_the_dispatch_task_scans_due_clusters(site) -> None:
+    cluster, output, _ = site
+    append(output, PROGRESS.format(n=1))
+    assert dispatch_scans.delay().get() == "1 scans enqueued"
+    assert SourceCursor.objects.get(source="job-files").last_success_at is not None
