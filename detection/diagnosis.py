@@ -526,7 +526,7 @@ def _describe(finding: Finding, ctx: DiagnosisContext) -> str:
     repeat = f" ({finding.count} times)" if finding.count > 1 else ""
     return (
         f"Root cause at line {finding.first_line}{_where(finding, ctx)}{repeat}: {what}"
-        f" — \"{quoted}\"{frame_text}"
+        f' — "{quoted}"{frame_text}'
     )
 
 

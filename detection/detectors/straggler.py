@@ -23,6 +23,8 @@ OUTLIER_METRICS = ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_P
 THROTTLE_METRIC = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 # Thermal and power-brake bits of the throttle reasons (not the idle or app-clock bits).
 SLOWDOWN_BITS = 0x08 | 0x20 | 0x40 | 0x80
+# A throttled GPU counts when its clock is below this share of the job's fastest GPU.
+CLOCK_SHORTFALL = 0.85
 
 
 @dataclass(frozen=True)
@@ -65,42 +67,59 @@ def throughput_drop(
 def outlier_nodes(
     samples: Iterable[MetricSample], nodes: Iterable[str], settings: StragglerSettings
 ) -> dict[str, str]:
-    """Nodes of the job whose GPUs are slow compared with the job's other nodes, with why."""
-    per_node = _per_node_means(samples, set(nodes))
+    """Nodes of the job holding a GPU that is slow compared with the job's other GPUs, with
+    why. GPUs, not nodes, are compared, so a two-node job still has a crowd to compare with."""
+    per_gpu = _per_gpu(samples, set(nodes))
     reasons: dict[str, str] = {}
     for metric in OUTLIER_METRICS:
-        values = {host: means[metric] for host, means in per_node.items() if metric in means}
-        for host, score in _low_outliers(values, settings.outlier_score).items():
+        values = {key: readings[metric] for key, readings in per_gpu.items() if metric in readings}
+        for (host, gpu), score in sorted(_low_outliers(values, settings.outlier_score).items()):
             reasons.setdefault(
-                host, f"{metric} {values[host]:.0f} is {score:.1f} MADs below the job's nodes"
+                host,
+                f"GPU {gpu} {metric} {values[(host, gpu)]:.0f} is {score:.1f} MADs below "
+                "the job's other GPUs",
             )
-    for host, means in per_node.items():
-        if int(means.get(THROTTLE_METRIC, 0)) & SLOWDOWN_BITS and host in reasons:
-            reasons[host] += "; thermal/power throttling reported"
+    for (host, _gpu), why in _throttled(per_gpu).items():
+        reasons[host] = f"{reasons[host]}; {why}" if host in reasons else why
     return reasons
 
 
-def _per_node_means(
-    samples: Iterable[MetricSample], nodes: set[str]
-) -> dict[str, dict[str, float]]:
-    grouped: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+def _throttled(per_gpu: dict[GpuKey, dict[str, float]]) -> dict[GpuKey, str]:
+    """GPUs reporting thermal or power slowdown while clocked well below the job's fastest GPU:
+    the evidence that still works when a whole node of a two-node job is slow."""
+    clocks = [r["DCGM_FI_DEV_SM_CLOCK"] for r in per_gpu.values() if "DCGM_FI_DEV_SM_CLOCK" in r]
+    fastest = max(clocks, default=0.0)
+    found: dict[GpuKey, str] = {}
+    for (host, gpu), readings in sorted(per_gpu.items()):
+        bits = int(readings.get(THROTTLE_METRIC, 0)) & SLOWDOWN_BITS
+        clock = readings.get("DCGM_FI_DEV_SM_CLOCK", fastest)
+        if bits and clock < fastest * CLOCK_SHORTFALL and host not in {h for h, _ in found}:
+            found[(host, gpu)] = (
+                f"GPU {gpu} reports thermal/power slowdown (reasons 0x{bits:x}) at "
+                f"{clock:.0f} MHz, against {fastest:.0f} MHz on the job's fastest GPU"
+            )
+    return found
+
+
+GpuKey = tuple[str, int]
+
+
+def _per_gpu(samples: Iterable[MetricSample], nodes: set[str]) -> dict[GpuKey, dict[str, float]]:
+    readings: dict[GpuKey, dict[str, float]] = defaultdict(dict)
     for sample in samples:
         if sample.host in nodes:
-            grouped[sample.host][sample.name].append(sample.value)
-    return {
-        host: {name: (max(v) if name == THROTTLE_METRIC else min(v)) for name, v in metrics.items()}
-        for host, metrics in grouped.items()
-    }
+            readings[(sample.host, sample.gpu)][sample.name] = sample.value
+    return dict(readings)
 
 
-def _low_outliers(values: dict[str, float], threshold: float) -> dict[str, float]:
-    """Hosts whose value is far below the median, in robust z-scores (MAD-based)."""
+def _low_outliers(values: dict[GpuKey, float], threshold: float) -> dict[GpuKey, float]:
+    """GPUs whose value is far below the median, in robust z-scores (MAD-based)."""
     if len(values) < 3:
         return {}
     median = statistics.median(values.values())
     mad = statistics.median(abs(v - median) for v in values.values())
-    scale = max(mad * 1.4826, abs(median) * 0.02, 1e-9)  # a floor: identical healthy nodes
-    return {h: (median - v) / scale for h, v in values.items() if (median - v) / scale > threshold}
+    scale = max(mad * 1.4826, abs(median) * 0.02, 1e-9)  # a floor: identical healthy GPUs
+    return {k: (median - v) / scale for k, v in values.items() if (median - v) / scale > threshold}
 
 
 def check_straggler(

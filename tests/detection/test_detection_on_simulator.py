@@ -93,3 +93,33 @@ def test_kinds_found_match_the_kinds_injected() -> None:
     injected = Counter(f.kind for f in runner.simulator.ground_truth)
     detected = Counter(a.kind for a in Anomaly.objects.all())
     assert detected["crash"] >= injected["crash"] * 0.9
+
+
+def run_with_fault(fault: str, minutes: float = 6, settle_minutes: float = 4) -> tuple:
+    cluster = simulated_cluster(seed=31, fault_rate=0.0, manual_recovery=None)
+    runner = SimulationRunner(cluster, start=T0, in_process=True)
+    for _ in range(int(settle_minutes * 60 / STEP)):
+        runner.step(STEP)
+        scan_cluster(cluster, runner.now, runner.sources)
+    job_id = next(j.job_id for j in runner.simulator.snapshot().jobs if j.state == "RUNNING")
+    injected = runner.simulator.inject(job_id, fault)
+    for _ in range(int(minutes * 60 / STEP)):
+        runner.step(STEP)
+        scan_cluster(cluster, runner.now, runner.sources)
+    return injected, Anomaly.objects.filter(attempt__job_id=job_id)
+
+
+@pytest.mark.parametrize("fault", ["gpu_silent_hang", "nfs_server_hang", "ib_link_down_hang"])
+def test_an_injected_hang_is_detected(fault: str) -> None:
+    injected, anomalies = run_with_fault(fault)
+    anomaly = anomalies.get(family=AnomalyFamily.INTERRUPTION)
+    assert anomaly.kind in {"hang", "crash"}  # a watchdog may turn the hang into a crash
+    # The evidence starts at the last progress line, at most one progress interval earlier.
+    assert injected.at - timedelta(seconds=10 + STEP) <= anomaly.first_evidence_at
+
+
+def test_an_injected_slowdown_is_detected_and_names_the_throttled_node() -> None:
+    injected, anomalies = run_with_fault("gpu_thermal_throttle")
+    anomaly = anomalies.get(family=AnomalyFamily.STRAGGLER)
+    assert anomaly.kind == "straggler"
+    assert anomaly.implicated_hosts == list(injected.implicated_hosts)

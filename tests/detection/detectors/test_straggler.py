@@ -43,7 +43,7 @@ def test_a_sustained_drop_with_one_throttled_node_names_that_node() -> None:
     assert finding is not None
     assert finding.hosts == ("gpu-node-004",)
     assert finding.kind == "straggler" and "34%" in finding.summary
-    assert "throttling" in finding.evidence[1].text
+    assert "thermal/power slowdown (reasons 0x20)" in finding.evidence[1].text
 
 
 def test_a_drop_shared_by_every_node_names_none() -> None:
@@ -63,3 +63,30 @@ def test_too_little_history_says_nothing() -> None:
 
 def test_healthy_nodes_with_small_differences_are_not_outliers() -> None:
     assert outlier_nodes(gpu_metrics(), NODES, SETTINGS) == {}
+
+
+def test_a_whole_throttled_node_of_a_two_node_job_is_named_by_its_throttle_reasons() -> None:
+    two = NODES[:2]
+    samples = []
+    for host in two:
+        slow = host == two[0]
+        for gpu in range(8):
+            samples += [
+                MetricSample(T0, host, gpu, "DCGM_FI_DEV_SM_CLOCK", 1130.0 if slow else 1980.0),
+                MetricSample(
+                    T0, host, gpu, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 96.0 if slow else 0.0
+                ),
+            ]
+    assert list(outlier_nodes(samples, two, SETTINGS)) == [two[0]]
+
+
+def test_throttle_bits_at_full_clock_do_not_name_a_node() -> None:
+    samples = [
+        MetricSample(T0, host, 0, name, value)
+        for host in NODES[:2]
+        for name, value in (
+            ("DCGM_FI_DEV_SM_CLOCK", 1980.0),
+            ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 32.0),
+        )
+    ]
+    assert outlier_nodes(samples, NODES[:2], SETTINGS) == {}
