@@ -1,13 +1,16 @@
-"""A cluster's recovery policy: the document operators edit, parsed and validated.
+"""A cluster's recovery policy: the document operators edit, and the decisions it makes.
 
 Pure Python. The document is plain JSON; ``parse_policy`` turns it into a frozen ``Policy`` or
-refuses it with every problem named, so a bad edit never reaches the loop.
+refuses it with every problem named, so a bad edit never reaches the loop. ``decide`` applies a
+policy to one attributed interruption and the workload's history.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
+from enum import StrEnum
 from typing import Any
 
 
@@ -140,3 +143,197 @@ def _problem_with(key: str, value: object) -> str | None:
 
 def _changed_limits(limits: Limits, defaults: Limits) -> dict[str, Any]:
     return {k: v for k, v in asdict(limits).items() if getattr(defaults, k) != v}
+
+
+# --- decisions ------------------------------------------------------------------------------
+
+
+class Action(StrEnum):
+    RESTART_EXCLUDING_NODE = "restart_excluding_node"
+    RESTART = "restart"
+    STOP = "stop"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class Incident:
+    """What attribution concluded about one interruption of one attempt."""
+
+    kind: str  # crash | hang | straggler
+    category: str
+    attribution: str
+    confidence_label: str  # established | supported | hypothesis
+    hosts: tuple[str, ...]
+    root_cause: str
+    partition: str = ""
+    step: int | None = None  # the last training step the attempt reached
+
+
+@dataclass(frozen=True)
+class History:
+    """The workload's past, as far as the policy needs it.
+
+    ``root_causes`` lists the root cause of each earlier interrupted attempt with the step it had
+    reached, oldest first; ``strikes`` counts each node's strikes within the strike window
+    (before this incident); ``isolated`` are the nodes excluded or drained cluster-wide within
+    the circuit breaker's window."""
+
+    restarts: int = 0
+    root_causes: tuple[tuple[str, int | None], ...] = ()
+    excluded: tuple[str, ...] = ()
+    strikes: Mapping[str, int] = field(default_factory=dict)
+    isolated: tuple[str, ...] = ()
+    cluster_nodes: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do, with every reason that led there."""
+
+    action: Action
+    exclude: tuple[str, ...] = ()
+    drain: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+
+# Application errors a retry cannot fix when the log establishes them.
+UNFIXABLE_BY_RETRY = frozenset({"application_error"})
+
+
+def decide(policy: Policy, incident: Incident, history: History, comment: str = "") -> Decision:
+    """The recovery decision for one interruption: restart by default, stop only when the log
+    establishes an error no retry fixes or retries are unproductive, exclude and drain nodes
+    the evidence names (within the circuit breaker)."""
+    opt = job_options(comment)
+    limits = _job_limits(policy.limits_for(incident.partition), opt)
+    reasons: list[str] = []
+    if not limits.enabled:
+        return Decision(Action.NONE, reasons=("recovery is disabled for this job or partition",))
+    stop = _stop_reason(policy, incident, history, limits)
+    if stop:
+        return Decision(Action.STOP, reasons=(stop,))
+    if incident.kind == "straggler" and not incident.hosts:
+        return Decision(Action.NONE, reasons=("a slowdown with no node to blame: reported only",))
+    exclude, drain = _isolation(policy, incident, history, reasons)
+    if exclude:
+        reasons.insert(0, f"the evidence implicates {', '.join(exclude)}: restart without it")
+        return Decision(Action.RESTART_EXCLUDING_NODE, exclude, drain, tuple(reasons))
+    reasons.insert(0, _restart_reason(incident))
+    return Decision(Action.RESTART, (), drain, tuple(reasons))
+
+
+def job_options(comment: str) -> dict[str, Any]:
+    """The ``recovery`` key of a job's Slurm comment (JSON): ``false`` opts out, an object may
+    carry ``enabled`` and the job's own ``max_restarts_per_workload``/``..._per_root_cause``."""
+    try:
+        document = json.loads(comment) if comment.strip().startswith("{") else {}
+    except ValueError:
+        return {}
+    value = document.get("recovery") if isinstance(document, dict) else None
+    if value is False:
+        return {"enabled": False}
+    return value if isinstance(value, dict) else {}
+
+
+def _job_limits(limits: Limits, options: Mapping[str, Any]) -> Limits:
+    """A job may opt out or lower its limits; it can never raise them above the cluster's."""
+    enabled = limits.enabled and options.get("enabled", True) is not False
+    restarts, retries = limits.max_restarts_per_workload, limits.max_retries_per_root_cause
+    if _count(options.get("max_restarts_per_workload")) is not None:
+        restarts = min(restarts, int(options["max_restarts_per_workload"]))
+    if _count(options.get("max_retries_per_root_cause")) is not None:
+        retries = min(retries, int(options["max_retries_per_root_cause"]))
+    return replace(
+        limits,
+        enabled=enabled,
+        max_restarts_per_workload=restarts,
+        max_retries_per_root_cause=retries,
+    )
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _stop_reason(policy: Policy, incident: Incident, history: History, limits: Limits) -> str:
+    if (
+        policy.stop_on_established_application_error
+        and incident.category in UNFIXABLE_BY_RETRY
+        and incident.confidence_label == "established"
+    ):
+        return "the log establishes an application error that a restart cannot fix"
+    if history.restarts >= limits.max_restarts_per_workload:
+        return f"the workload has used its {limits.max_restarts_per_workload} restarts"
+    retries = retries_without_progress(history.root_causes, incident.root_cause, incident.step)
+    if retries >= limits.max_retries_per_root_cause:
+        return (
+            f"{retries} restarts after '{incident.root_cause}' made no progress "
+            f"(limit {limits.max_retries_per_root_cause})"
+        )
+    return ""
+
+
+def retries_without_progress(
+    past: Sequence[tuple[str, int | None]], root_cause: str, step: int | None
+) -> int:
+    """How many times in a row, counting back from now, the workload failed for this same root
+    cause without getting further; any progress (a later step) resets the count."""
+    count, reached = 0, step
+    for cause, past_step in reversed(past):
+        if cause != root_cause:
+            break
+        progressed = reached is not None and past_step is not None and reached > past_step
+        if progressed:
+            break
+        count, reached = count + 1, past_step
+    return count
+
+
+def _isolation(
+    policy: Policy, incident: Incident, history: History, reasons: list[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Nodes to exclude from the next attempt and to drain, within the circuit breaker."""
+    if not incident.hosts or incident.confidence_label == "hypothesis":
+        if incident.hosts:
+            reasons.append(f"{', '.join(incident.hosts)} only suspected: not excluded")
+        return tuple(sorted(set(history.excluded))), ()
+    wanted = sorted(set(incident.hosts) | set(history.excluded))
+    repeat = sorted(
+        h for h in incident.hosts if history.strikes.get(h, 0) + 1 >= policy.drain_after_strikes
+    )
+    allowed = _circuit_breaker(policy, history, set(incident.hosts), reasons)
+    exclude = tuple(h for h in wanted if h in allowed or h in history.excluded)
+    drain = tuple(h for h in repeat if h in allowed)
+    for host in drain:
+        reasons.append(f"{host} reached {policy.drain_after_strikes} strikes: drain it")
+    return exclude, drain
+
+
+def _circuit_breaker(
+    policy: Policy, history: History, new: set[str], reasons: list[str]
+) -> set[str]:
+    """Refuse to take out more than the configured share of the cluster within the window."""
+    already = set(history.isolated)
+    fresh = new - already
+    if not fresh or history.cluster_nodes <= 0:
+        return new
+    share = len(already | fresh) / history.cluster_nodes
+    if share <= policy.circuit_breaker_max_share:
+        return new
+    reasons.append(
+        f"circuit breaker: isolating {', '.join(sorted(fresh))} would take out "
+        f"{share:.0%} of the cluster's nodes within {policy.circuit_breaker_window_minutes:g} "
+        f"minutes (limit {policy.circuit_breaker_max_share:.0%}); restarting without it"
+    )
+    return new & already
+
+
+def _restart_reason(incident: Incident) -> str:
+    if incident.kind == "hang":
+        return "the job stopped making progress: restart it from its last checkpoint"
+    if incident.attribution in {"application", "none"}:
+        return (
+            "not established as an error a retry cannot fix: restart "
+            "(a missed stop costs a bounded number of restarts; a false stop, an outage)"
+        )
+    return f"a {incident.category.replace('_', ' ')} failure with no node to blame: restart"

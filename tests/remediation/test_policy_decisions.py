@@ -1,0 +1,157 @@
+"""The recovery policy's decisions: pure, no Django."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from remediation.policy import (
+    Action,
+    History,
+    Incident,
+    decide,
+    job_options,
+    parse_policy,
+    retries_without_progress,
+)
+
+POLICY = parse_policy({"drain_after_strikes": 3, "circuit_breaker_max_share": 0.1})
+XID = Incident(
+    "crash", "gpu_hardware", "hardware", "established", ("n7",), "nvrm_xid:n7", "gpu", 900
+)
+
+
+def incident(**changes: object) -> Incident:
+    return Incident(**{**XID.__dict__, **changes})  # type: ignore[arg-type]
+
+
+def test_hardware_evidence_naming_a_node_restarts_without_it() -> None:
+    decision = decide(POLICY, XID, History(cluster_nodes=100))
+    assert decision.action is Action.RESTART_EXCLUDING_NODE
+    assert decision.exclude == ("n7",)
+    assert decision.drain == ()
+    assert "implicates n7" in decision.reasons[0]
+
+
+def test_nodes_excluded_before_stay_excluded() -> None:
+    decision = decide(POLICY, XID, History(excluded=("n2",), isolated=("n2",), cluster_nodes=100))
+    assert decision.exclude == ("n2", "n7")
+
+
+def test_a_node_is_drained_when_it_reaches_its_strikes() -> None:
+    decision = decide(POLICY, XID, History(strikes={"n7": 2}, cluster_nodes=100))
+    assert decision.drain == ("n7",)
+    assert any("reached 3 strikes" in reason for reason in decision.reasons)
+
+
+def test_a_mere_hypothesis_excludes_nobody() -> None:
+    decision = decide(POLICY, incident(confidence_label="hypothesis"), History(cluster_nodes=100))
+    assert decision.action is Action.RESTART
+    assert decision.exclude == ()
+    assert "only suspected" in decision.reasons[-1]
+
+
+def test_an_established_application_error_stops_at_once() -> None:
+    bad_config = incident(category="application_error", attribution="application", hosts=())
+    decision = decide(POLICY, bad_config, History())
+    assert decision.action is Action.STOP
+    assert "cannot fix" in decision.reasons[0]
+
+
+def test_a_suspected_application_error_is_restarted_because_a_false_stop_costs_more() -> None:
+    suspected = incident(
+        category="application_error",
+        attribution="application",
+        hosts=(),
+        confidence_label="supported",
+    )
+    assert decide(POLICY, suspected, History()).action is Action.RESTART
+
+
+def test_repeating_the_same_failure_without_progress_stops_after_the_limit() -> None:
+    oom = incident(
+        category="cuda_oom", attribution="application", hosts=(), root_cause="oom", step=500
+    )
+    past = (("oom", 500), ("oom", 500))
+    assert decide(POLICY, oom, History(root_causes=past)).action is Action.RESTART
+    decision = decide(POLICY, oom, History(root_causes=(("oom", 500),) * 3))
+    assert decision.action is Action.STOP
+    assert "made no progress" in decision.reasons[0]
+
+
+def test_progress_between_failures_resets_the_retry_count() -> None:
+    assert retries_without_progress([("oom", 100), ("oom", 200), ("oom", 300)], "oom", 400) == 0
+    assert retries_without_progress([("oom", 300), ("oom", 300)], "oom", 300) == 2
+    assert retries_without_progress([("oom", 100), ("xid", 300), ("oom", 300)], "oom", 300) == 1
+
+
+def test_the_restart_cap_per_workload_stops_the_loop() -> None:
+    decision = decide(POLICY, XID, History(restarts=10, cluster_nodes=100))
+    assert decision.action is Action.STOP
+    assert "used its 10 restarts" in decision.reasons[0]
+
+
+def test_the_circuit_breaker_refuses_to_isolate_too_much_of_the_cluster() -> None:
+    history = History(isolated=("n1",), cluster_nodes=10, strikes={"n7": 5})
+    decision = decide(POLICY, XID, history)
+    assert decision.action is Action.RESTART
+    assert decision.exclude == () and decision.drain == ()
+    assert any(
+        r.startswith("circuit breaker: isolating n7 would take out 20%") for r in decision.reasons
+    )
+
+
+def test_a_job_can_opt_out_or_lower_its_limits_but_not_raise_them() -> None:
+    assert decide(POLICY, XID, History(), comment='{"recovery": false}').action is Action.NONE
+    lowered = '{"recovery": {"max_restarts_per_workload": 1}}'
+    assert decide(POLICY, XID, History(restarts=1), comment=lowered).action is Action.STOP
+    raised = '{"recovery": {"max_restarts_per_workload": 99}}'
+    assert decide(POLICY, XID, History(restarts=10), comment=raised).action is Action.STOP
+
+
+def test_a_disabled_partition_gets_no_action() -> None:
+    policy = parse_policy({"partitions": {"interactive": {"enabled": False}}})
+    assert decide(policy, incident(partition="interactive"), History()).action is Action.NONE
+
+
+def test_a_slowdown_with_no_node_to_blame_is_only_reported() -> None:
+    slow = incident(kind="straggler", category="straggler", hosts=(), confidence_label="supported")
+    assert decide(POLICY, slow, History()).action is Action.NONE
+
+
+def test_a_hang_restarts_from_the_checkpoint() -> None:
+    hang = incident(
+        kind="hang",
+        category="nccl_timeout_hang",
+        attribution="none",
+        hosts=(),
+        confidence_label="supported",
+    )
+    decision = decide(POLICY, hang, History())
+    assert decision.action is Action.RESTART and "stopped making progress" in decision.reasons[0]
+
+
+def test_garbage_comments_are_ignored() -> None:
+    assert job_options("not json") == {}
+    assert job_options('{"recovery": "yes"}') == {}
+    assert job_options('{"workload": "x", "recovery": {"enabled": false}}') == {"enabled": False}
+
+
+@given(
+    st.sampled_from(["gpu_hardware", "application_error", "cuda_oom", "interconnect_network"]),
+    st.sampled_from(["established", "supported", "hypothesis"]),
+    st.lists(st.sampled_from(["n1", "n2", "n3"]), max_size=3, unique=True),
+    st.integers(0, 20),
+    st.integers(1, 50),
+)
+def test_every_decision_has_reasons_and_never_isolates_past_the_breaker(
+    category: str, label: str, hosts: list[str], restarts: int, cluster_nodes: int
+) -> None:
+    decision = decide(
+        POLICY,
+        incident(category=category, confidence_label=label, hosts=tuple(hosts)),
+        History(restarts=restarts, cluster_nodes=cluster_nodes),
+    )
+    assert decision.reasons
+    isolated = set(decision.exclude) | set(decision.drain)
+    assert len(isolated) <= max(0, int(POLICY.circuit_breaker_max_share * cluster_nodes))
+    if decision.action is Action.STOP:
+        assert decision.exclude == ()
