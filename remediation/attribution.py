@@ -88,13 +88,13 @@ def _explain(
         parts.append(f"Implicated: {', '.join(incident.hosts)}.")
     elif down:
         parts.append(
-            f"The scheduler reports {', '.join(down)} unhealthy, but nothing ties it to this failure alone."
+            f"The scheduler reports {', '.join(down)} unhealthy, "
+            "but nothing ties one node to this failure."
         )
     else:
         parts.append("No node is implicated.")
     if outside:
         parts.append(f"Also named but not part of this attempt: {', '.join(outside)}.")
-    parts.append(
-        f"Confidence: {incident.confidence_label} ({CONFIDENCE_WORDS.get(incident.confidence_label, '')})."
-    )
+    words = CONFIDENCE_WORDS.get(incident.confidence_label, "")
+    parts.append(f"Confidence: {incident.confidence_label} ({words}).")
     return " ".join(parts)
