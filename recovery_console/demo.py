@@ -9,6 +9,7 @@ import time
 from django.db import close_old_connections
 
 from detection.services import scan_cluster
+from remediation.services import advise_cluster
 
 from .models import Cluster
 from .simulation import SimulationRunner
@@ -38,7 +39,8 @@ class SimulationLoop:
         try:
             runner.step(self.interval * self.speed)
             summary = scan_cluster(runner.cluster, runner.now)
-            log.debug("%s: %s", runner.cluster.name, summary)
+            advised = advise_cluster(runner.cluster, runner.now)
+            log.debug("%s: %s; %d advice", runner.cluster.name, summary, advised)
         except Exception:  # the demo keeps going; the error is logged with its traceback
             log.exception("simulation step of %s failed", runner.cluster.name)
 

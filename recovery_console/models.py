@@ -157,6 +157,8 @@ class Attempt(models.Model):
     reason = models.CharField(max_length=255, blank=True)
     comment = models.TextField(blank=True)
     first_seen_at = models.DateTimeField()
+    # Seconds from the failure of the workload's previous attempt to this one running.
+    time_to_resume_s = models.FloatField(null=True, blank=True)
 
     class Meta:
         constraints: ClassVar = [

@@ -11,12 +11,14 @@ from typing import Any
 
 from django.db import transaction
 
+from detection.models import Anomaly
 from detection.telemetry import ClusterSnapshot, JobRecord, NodeRecord
 
 from . import audit, events
 from .models import Attempt, Cluster, ClusterMode, Node, Workload, WorkloadState
 
 ATTEMPT_FIELDS = (
+    "time_to_resume_s",
     "name",
     "partition",
     "state",
@@ -224,6 +226,32 @@ def _copy_job(attempt: Attempt, job: JobRecord, seen_at: datetime) -> None:
     attempt.comment = job.comment
     if job.is_terminal:
         attempt.ended_at = job.end_time or seen_at
+    if attempt.time_to_resume_s is None and job.state == "RUNNING" and job.start_time:
+        attempt.time_to_resume_s = _time_to_resume(attempt, job.start_time)
+
+
+def _time_to_resume(attempt: Attempt, started: datetime) -> float | None:
+    """From the failure of the workload's previous attempt (its first anomaly evidence, or its
+    end) to this attempt running; None for a first attempt or after a clean end."""
+    if attempt.workload_id is None:
+        return None
+    previous = (
+        Attempt.objects.filter(workload_id=attempt.workload_id, ended_at__isnull=False)
+        .exclude(pk=attempt.pk)
+        .exclude(state="COMPLETED")
+        .order_by("-ended_at")
+        .first()
+    )
+    if previous is None or previous.ended_at is None or previous.ended_at > started:
+        return None
+    first_evidence = (
+        Anomaly.objects.filter(attempt=previous)
+        .order_by("first_evidence_at")
+        .values_list("first_evidence_at", flat=True)
+        .first()
+    )
+    failed_at = min(filter(None, (first_evidence, previous.ended_at)))
+    return max(0.0, (started - failed_at).total_seconds())
 
 
 def _attempt_payload(attempt: Attempt) -> dict[str, Any]:

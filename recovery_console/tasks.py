@@ -1,13 +1,40 @@
-"""Celery tasks of the console app: thin wrappers that call one service each."""
+"""Celery tasks of the loop: thin wrappers that call one service each.
+
+Beat runs ``dispatch_cycles`` every second; it enqueues one ``run_cycle`` per cluster whose poll
+interval has elapsed. A cycle scans the cluster's telemetry, then advises on what it found.
+"""
 
 from typing import Any
 
 from celery import shared_task
+from django.db import OperationalError
+from django.utils import timezone
 
+from detection import services as detection
 from detection.telemetry import snapshot_from_json
+from remediation import services as remediation
 
 from . import services
 from .models import Cluster
+
+
+@shared_task
+def dispatch_cycles() -> str:
+    due = detection.claim_due_scans(timezone.now())
+    for cluster_id in due:
+        run_cycle.delay(cluster_id)
+    return f"{len(due)} cycles enqueued"
+
+
+@shared_task(
+    autoretry_for=(OperationalError,), retry_backoff=True, retry_jitter=True, max_retries=5
+)
+def run_cycle(cluster_id: int) -> str:
+    """One turn of the loop for one cluster: detect, then advise."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    scan = detection.scan_cluster(cluster, timezone.now())
+    advised = remediation.advise_cluster(cluster, timezone.now())
+    return f"{cluster.name}: {scan}; {advised} advice"
 
 
 @shared_task(acks_late=True)

@@ -9,10 +9,10 @@ from django_celery_beat.models import PeriodicTask
 
 from detection import services as detection
 from detection.models import Anomaly, AttemptMonitor, SourceCursor
-from detection.tasks import dispatch_scans
 from detection.telemetry import ClusterSnapshot, JobState
 from recovery_console import services
 from recovery_console.models import AuditEntry
+from recovery_console.tasks import dispatch_cycles
 from tests.factories import JobRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -144,15 +144,15 @@ def test_custom_signatures_are_validated_and_used(site) -> None:
 
 def test_beat_runs_the_dispatcher_and_each_cluster_is_claimed_once_per_interval(site) -> None:
     cluster, _, _ = site
-    assert PeriodicTask.objects.filter(task="detection.tasks.dispatch_scans").exists()
+    assert PeriodicTask.objects.filter(task="recovery_console.tasks.dispatch_cycles").exists()
     now = T0 + timedelta(hours=1)
     assert detection.claim_due_scans(now) == [cluster.pk]
     assert detection.claim_due_scans(now + timedelta(seconds=1)) == []
     assert detection.claim_due_scans(now + timedelta(seconds=6)) == [cluster.pk]
 
 
-def test_the_dispatch_task_scans_due_clusters(site) -> None:
+def test_the_dispatch_task_runs_a_cycle_of_each_due_cluster(site) -> None:
     cluster, output, _ = site
     append(output, PROGRESS.format(n=1))
-    assert dispatch_scans.delay().get() == "1 scans enqueued"
+    assert dispatch_cycles.delay().get() == "1 cycles enqueued"
     assert SourceCursor.objects.get(source="job-files").last_success_at is not None

@@ -6,14 +6,14 @@ def schedule(apps, schema_editor):
     PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
     every_second, _ = IntervalSchedule.objects.get_or_create(every=1, period="seconds")
     PeriodicTask.objects.update_or_create(
-        name="detection: dispatch due cluster scans",
-        defaults={"task": "detection.tasks.dispatch_scans", "interval": every_second},
+        name="recovery loop: dispatch due cluster cycles",
+        defaults={"task": "recovery_console.tasks.dispatch_cycles", "interval": every_second},
     )
 
 
 def unschedule(apps, schema_editor):
     apps.get_model("django_celery_beat", "PeriodicTask").objects.filter(
-        task="detection.tasks.dispatch_scans"
+        task="recovery_console.tasks.dispatch_cycles"
     ).delete()
 
 

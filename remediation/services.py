@@ -1,0 +1,455 @@
+"""Remediation services: turn anomalies into advice, track node health, and take the
+controllers' reports (claims, reconciliation, milestones, heartbeats). Each write records its
+audit entry in the same transaction; claims are conditional updates, so two controllers never
+both carry out one advice."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from detection.models import Anomaly, AnomalyState, AttemptMonitor
+from recovery_console import audit
+from recovery_console.models import Attempt, Cluster, ClusterMode, Node
+
+from .attribution import AnomalyView, attribute
+from .models import (
+    DESIRED_STATE_OF_ACTION,
+    Advice,
+    AdviceAction,
+    AdviceState,
+    ControllerToken,
+    Milestone,
+    NodeHealth,
+    NodeHealthState,
+    token_digest,
+)
+from .policy import Decision, History, Incident, Policy, decide, parse_policy
+
+ACTOR = "system:remediation"
+UNHEALTHY_NODE_STATES = ("DOWN", "DRAINED", "DRAINING")
+SETTLED_STATES = (
+    AdviceState.CLAIMED,
+    AdviceState.EXECUTED,
+    AdviceState.FAILED,
+    AdviceState.EXPIRED,
+)
+
+
+class AdviceAlreadyClaimed(Exception):
+    """Another controller claimed this advice first."""
+
+
+class StaleGeneration(Exception):
+    """A report about a generation of the advice that is no longer current."""
+
+
+# --- advice ----------------------------------------------------------------------------------
+
+
+def advise_cluster(cluster: Cluster, now: datetime) -> int:
+    """Advise on every open anomaly that has no advice yet or changed since its advice."""
+    pending = Anomaly.objects.filter(cluster=cluster, state=AnomalyState.OPEN).filter(
+        Q(advice__isnull=True) | Q(updated_at__gt=F("advice__decided_at"))
+    )
+    count = 0
+    for anomaly in pending.select_related("attempt", "workload", "cluster").order_by("detected_at"):
+        advise(anomaly, now)
+        count += 1
+    return count
+
+
+def advise(anomaly: Anomaly, now: datetime) -> Advice:
+    """The policy's advice for one anomaly: created, or revised (a new generation) while no
+    controller has claimed it yet."""
+    cluster, attempt = anomaly.cluster, anomaly.attempt
+    policy = parse_policy(cluster.policy)
+    incident, explanation = _incident(anomaly, attempt)
+    decision = decide(
+        policy, incident, _history(cluster, attempt, anomaly, now, policy), attempt.comment
+    )
+    with transaction.atomic():
+        advice = Advice.objects.select_for_update().filter(anomaly=anomaly).first()
+        if advice is not None and advice.state in SETTLED_STATES:
+            return advice  # a controller is on it or it is done: the past is not rewritten
+        fields = _advice_fields(cluster, attempt, incident, decision, explanation)
+        if advice is None:
+            advice = _create_advice(anomaly, fields, now)
+        else:
+            advice = _revise_advice(advice, fields, now)
+        _strike(cluster, incident, anomaly, decision, now)
+    return advice
+
+
+def _incident(anomaly: Anomaly, attempt: Attempt) -> tuple[Incident, str]:
+    view = AnomalyView(
+        kind=anomaly.kind,
+        category=anomaly.category,
+        attribution=anomaly.attribution,
+        confidence_label=anomaly.confidence_label,
+        hosts=tuple(anomaly.implicated_hosts),
+        root_cause=anomaly.root_cause,
+        summary=anomaly.summary,
+        evidence=anomaly.evidence,
+    )
+    unhealthy = Node.objects.filter(
+        cluster_id=attempt.cluster_id, state__in=UNHEALTHY_NODE_STATES
+    ).values_list("name", flat=True)
+    step = (
+        AttemptMonitor.objects.filter(attempt=attempt).values_list("last_step", flat=True).first()
+    )
+    result = attribute(view, attempt.nodes, unhealthy, attempt.partition, step)
+    return result.incident, result.explanation
+
+
+def _history(
+    cluster: Cluster, attempt: Attempt, anomaly: Anomaly, now: datetime, policy: Policy
+) -> History:
+    earlier = list(
+        Attempt.objects.filter(workload=attempt.workload, first_seen_at__lt=attempt.first_seen_at)
+        .exclude(pk=attempt.pk)
+        .order_by("first_seen_at")
+    )
+    causes = dict(
+        Anomaly.objects.filter(attempt__in=earlier, family="interruption").values_list(
+            "attempt_id", "root_cause"
+        )
+    )
+    steps = dict(
+        AttemptMonitor.objects.filter(attempt__in=earlier).values_list("attempt_id", "last_step")
+    )
+    health = list(NodeHealth.objects.filter(cluster=cluster))
+    strike_since = now - timedelta(hours=policy.strike_window_hours)
+    breaker_since = now - timedelta(minutes=policy.circuit_breaker_window_minutes)
+    return History(
+        restarts=len(earlier),
+        root_causes=tuple((causes[a.pk], steps.get(a.pk)) for a in earlier if a.pk in causes),
+        excluded=tuple(sorted(_still_excluded(attempt, health))),
+        strikes={h.name: _strikes_since(h, strike_since, anomaly.pk) for h in health},
+        isolated=tuple(sorted(h.name for h in health if _isolated_since(h, breaker_since))),
+        cluster_nodes=Node.objects.filter(cluster=cluster).count(),
+    )
+
+
+def _still_excluded(attempt: Attempt, health: list[NodeHealth]) -> set[str]:
+    """Nodes earlier advice excluded from this workload, and every drained node."""
+    excluded: set[str] = set()
+    for nodes in Advice.objects.filter(workload=attempt.workload).values_list(
+        "exclude_nodes", flat=True
+    ):
+        excluded.update(nodes)
+    return excluded | {h.name for h in health if h.state == NodeHealthState.DRAINED}
+
+
+def _strikes_since(health: NodeHealth, since: datetime, anomaly_id: int) -> int:
+    return sum(
+        1
+        for strike in health.strikes
+        if strike["anomaly"] != anomaly_id and datetime.fromisoformat(strike["at"]) >= since
+    )
+
+
+def _isolated_since(health: NodeHealth, since: datetime) -> bool:
+    times = [t for t in (health.excluded_at, health.drained_at) if t is not None]
+    return health.state == NodeHealthState.DRAINED or any(t >= since for t in times)
+
+
+def _advice_fields(
+    cluster: Cluster, attempt: Attempt, incident: Incident, decision: Decision, explanation: str
+) -> dict[str, Any]:
+    allowed = not cluster.partitions_allowlist or attempt.partition in cluster.partitions_allowlist
+    enforce = (
+        cluster.mode == ClusterMode.ACTION and allowed and decision.action != AdviceAction.NONE
+    )
+    reasons = list(decision.reasons)
+    if cluster.mode == ClusterMode.ACTION and not allowed:
+        reasons.append(
+            f"partition {attempt.partition!r} is outside the action allowlist: advice only"
+        )
+    return {
+        "action": decision.action.value,
+        "desired_state": DESIRED_STATE_OF_ACTION[AdviceAction(decision.action.value)],
+        "exclude_nodes": list(decision.exclude),
+        "drain_nodes": list(decision.drain),
+        "reasons": reasons,
+        "explanation": explanation,
+        "category": incident.category,
+        "attribution": incident.attribution,
+        "confidence_label": incident.confidence_label,
+        "enforce": enforce,
+        "state": AdviceState.DISPATCHED if enforce else AdviceState.PROPOSED,
+    }
+
+
+def _create_advice(anomaly: Anomaly, fields: dict[str, Any], now: datetime) -> Advice:
+    advice = Advice.objects.create(
+        cluster=anomaly.cluster,
+        workload=anomaly.workload,
+        attempt=anomaly.attempt,
+        anomaly=anomaly,
+        decided_at=now,
+        updated_at=now,
+        **fields,
+    )
+    verb = "advice.dispatched" if advice.enforce else "advice.proposed"
+    _audit(advice, verb, {k: v for k, v in fields.items() if k != "explanation"})
+    return advice
+
+
+def _revise_advice(advice: Advice, fields: dict[str, Any], now: datetime) -> Advice:
+    changed = {
+        k: {"from": getattr(advice, k), "to": v}
+        for k, v in fields.items()
+        if getattr(advice, k) != v
+    }
+    advice.decided_at = advice.updated_at = now
+    if not changed:
+        advice.save(update_fields=["decided_at", "updated_at"])
+        return advice
+    for name, value in fields.items():
+        setattr(advice, name, value)
+    advice.generation += 1
+    advice.save()
+    _audit(advice, "advice.revised", {"generation": advice.generation, **changed})
+    return advice
+
+
+def _strike(
+    cluster: Cluster, incident: Incident, anomaly: Anomaly, decision: Decision, now: datetime
+) -> None:
+    """Each implicated node gets one strike per anomaly; excluded ones are marked so the
+    circuit breaker can count them."""
+    if incident.confidence_label == "hypothesis":
+        return
+    for host in incident.hosts:
+        health, _ = NodeHealth.objects.select_for_update().get_or_create(cluster=cluster, name=host)
+        if any(s["anomaly"] == anomaly.pk for s in health.strikes):
+            continue
+        health.strikes = [
+            *health.strikes,
+            {
+                "at": now.isoformat(),
+                "anomaly": anomaly.pk,
+                "workload": anomaly.workload_id,
+                "category": incident.category,
+            },
+        ]
+        if health.state == NodeHealthState.HEALTHY:
+            health.state = NodeHealthState.SUSPECT
+        if host in decision.exclude:
+            health.excluded_at = now
+        health.save()
+        audit.record(
+            ACTOR,
+            "node.struck",
+            health,
+            cluster=cluster,
+            workload=anomaly.workload,
+            payload={
+                "anomaly": anomaly.pk,
+                "strikes": len(health.strikes),
+                "category": incident.category,
+            },
+        )
+
+
+def _audit(advice: Advice, verb: str, payload: dict[str, Any], actor: str = ACTOR) -> None:
+    audit.record(
+        actor,
+        verb,
+        advice,
+        cluster=advice.cluster,
+        workload=advice.workload,
+        attempt=advice.attempt,
+        payload=payload,
+    )
+
+
+# --- controllers -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    token: ControllerToken
+    secret: str  # shown once
+
+
+@transaction.atomic
+def issue_controller_token(actor: str, cluster: Cluster, name: str) -> IssuedToken:
+    secret = "rcc_" + secrets.token_urlsafe(32)
+    token = ControllerToken.objects.create(
+        cluster=cluster, name=name, digest=token_digest(secret), created_at=timezone.now()
+    )
+    audit.record(actor, "controller_token.issued", token, cluster=cluster, payload={"name": name})
+    return IssuedToken(token, secret)
+
+
+def authenticate_controller(secret: str) -> ControllerToken | None:
+    return (
+        ControllerToken.objects.select_related("cluster")
+        .filter(digest=token_digest(secret), revoked_at__isnull=True)
+        .first()
+    )
+
+
+def active_advice(cluster: Cluster) -> list[Advice]:
+    """What a controller should look at: proposed (monitor mode, never to be acted on),
+    dispatched and claimed advice."""
+    return list(
+        Advice.objects.filter(
+            cluster=cluster,
+            state__in=[
+                s.value for s in (AdviceState.PROPOSED, AdviceState.DISPATCHED, AdviceState.CLAIMED)
+            ],
+        )
+        .exclude(action=AdviceAction.NONE)
+        .select_related("attempt")
+        .order_by("decided_at")
+    )
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    advice: Advice
+    changed: bool
+
+
+def reconcile(
+    controller: ControllerToken,
+    advice_id: int,
+    observed_generation: int,
+    disposition: str,
+    reason: str,
+) -> Reconciled:
+    """A controller's report on one advice, scoped to the generation it acted on. ``pending``
+    claims it (a conditional update: a second controller is refused), ``converged`` marks it
+    executed, ``abandoned`` failed. Replays and stale generations change nothing."""
+    with transaction.atomic():
+        advice = Advice.objects.select_for_update().get(pk=advice_id, cluster=controller.cluster)
+        if observed_generation != advice.generation:
+            raise StaleGeneration(f"advice {advice.pk} is at generation {advice.generation}")
+        if not advice.enforce:
+            raise PermissionError(
+                "this advice is published in monitor mode and must not be acted on"
+            )
+        if advice.claimed_by and advice.claimed_by != controller.actor:
+            raise AdviceAlreadyClaimed(advice.pk)
+        if disposition == "pending":
+            return Reconciled(advice, _claim(controller, advice))
+        return Reconciled(advice, _settle(controller, advice, disposition, reason))
+
+
+def _claim(controller: ControllerToken, advice: Advice) -> bool:
+    now = timezone.now()
+    claimed = Advice.objects.filter(pk=advice.pk, state=AdviceState.DISPATCHED).update(
+        state=AdviceState.CLAIMED,
+        claimed_by=controller.actor,
+        claimed_at=now,
+        observed_generation=advice.generation,
+        disposition="pending",
+        updated_at=now,
+    )
+    if claimed != 1:
+        if advice.claimed_by == controller.actor:
+            return False  # a replay of our own claim
+        raise AdviceAlreadyClaimed(advice.pk)  # another controller got there first
+    advice.refresh_from_db()
+    _audit(advice, "advice.claimed", {"generation": advice.generation}, controller.actor)
+    return True
+
+
+def _settle(controller: ControllerToken, advice: Advice, disposition: str, reason: str) -> bool:
+    target = {"converged": AdviceState.EXECUTED, "abandoned": AdviceState.FAILED}[disposition]
+    if advice.state == target:
+        return False
+    if advice.state != AdviceState.CLAIMED:
+        _claim(controller, advice)
+        advice.refresh_from_db()
+    now = timezone.now()
+    advice.state, advice.disposition, advice.disposition_reason = target, disposition, reason
+    advice.observed_generation, advice.updated_at = advice.generation, now
+    if target == AdviceState.EXECUTED:
+        advice.executed_at = now
+    advice.save()
+    _audit(
+        advice,
+        f"advice.{target}",
+        {"generation": advice.generation, "reason": reason},
+        controller.actor,
+    )
+    return True
+
+
+def record_milestone(
+    controller: ControllerToken,
+    advice_id: int,
+    key: str,
+    step: str,
+    at: datetime,
+    detail: dict[str, Any],
+) -> tuple[Milestone, bool]:
+    """Record a step a controller took; a replay with the same key records nothing."""
+    with transaction.atomic():
+        advice = Advice.objects.get(pk=advice_id, cluster=controller.cluster)
+        milestone, created = Milestone.objects.get_or_create(
+            cluster=controller.cluster,
+            idempotency_key=key,
+            defaults={
+                "advice": advice,
+                "action": step,
+                "at": at,
+                "recorded_at": timezone.now(),
+                "controller": controller.actor,
+                "detail": detail,
+            },
+        )
+        if created:
+            _audit(advice, f"controller.{step}", {"at": at.isoformat(), **detail}, controller.actor)
+            if step == Milestone.Step.DRAIN_NODE:
+                _mark_drained(advice, detail.get("node", ""), at)
+    return milestone, created
+
+
+def _mark_drained(advice: Advice, node: str, at: datetime) -> None:
+    health, _ = NodeHealth.objects.select_for_update().get_or_create(
+        cluster=advice.cluster, name=node
+    )
+    health.state, health.drained_at = NodeHealthState.DRAINED, at
+    health.drain_reason = f"advice {advice.pk}: " + "; ".join(advice.reasons)[:500]
+    health.save()
+
+
+def heartbeat(controller: ControllerToken, info: dict[str, Any]) -> None:
+    ControllerToken.objects.filter(pk=controller.pk).update(
+        last_heartbeat_at=timezone.now(), heartbeat=info
+    )
+
+
+@transaction.atomic
+def release_node(actor: str, cluster: Cluster, name: str, reason: str) -> NodeHealth:
+    """A person returns a drained or suspect node to service; the reason is required."""
+    if not reason.strip():
+        raise ValueError("releasing a node needs a reason")
+    health = NodeHealth.objects.select_for_update().get(cluster=cluster, name=name)
+    previous = health.state
+    health.state, health.released_at, health.released_by = (
+        NodeHealthState.HEALTHY,
+        timezone.now(),
+        actor,
+    )
+    health.release_reason, health.strikes = reason, []
+    health.save()
+    audit.record(
+        actor,
+        "node.released",
+        health,
+        cluster=cluster,
+        payload={"from": previous, "reason": reason},
+    )
+    return health

@@ -1,0 +1,56 @@
+from datetime import UTC, datetime
+
+import pytest
+
+from detection.services import ScanSummary, record_interruption
+from detection.telemetry import ClusterSnapshot, NodeRecord, NodeState
+from recovery_console import services
+from recovery_console.models import Attempt
+from tests.factories import JobRecordFactory
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+NODES = tuple(f"n{i}" for i in range(1, 21))
+
+
+@pytest.fixture
+def cluster():
+    cluster = services.create_cluster("user:alice", "research")
+    nodes = tuple(NodeRecord(n, NodeState.ALLOCATED, gpus=8, partitions=("gpu",)) for n in NODES)
+    services.record_snapshot("test", cluster, ClusterSnapshot(T0, (), nodes))
+    return cluster
+
+
+def running_attempt(
+    cluster, job_id="100", nodes=("n1", "n2"), comment='{"workload": "llama"}', restart=0
+):
+    job = JobRecordFactory(job_id=job_id, nodes=nodes, comment=comment, restart_count=restart)
+    services.record_snapshot("test", cluster, ClusterSnapshot(T0, (job,), ()))
+    return Attempt.objects.get(cluster=cluster, job_id=job_id, attempt_index=restart)
+
+
+def anomaly_on(
+    attempt,
+    *,
+    category="gpu_hardware",
+    attribution="hardware",
+    hosts=("n2",),
+    label="established",
+    root_cause="nvrm_xid:n2",
+    at=T0,
+):
+    return record_interruption(
+        attempt,
+        at,
+        kind="crash",
+        category=category,
+        attribution=attribution,
+        confidence=(0.95, label),
+        hosts=list(hosts),
+        root_cause=root_cause,
+        summary="Xid 79 on n2",
+        explanation="Xid 79 on n2",
+        evidence=[{"source": "log", "text": "NVRM: Xid (PCI:0000:3b:00): 79", "host": "n2"}],
+        first_evidence_at=at,
+        occurrences=1,
+        summary_out=ScanSummary(),
+    )

@@ -1,0 +1,169 @@
+from datetime import timedelta
+
+import pytest
+
+from recovery_console import services as console
+from recovery_console.models import AuditEntry, ClusterMode
+from remediation import services
+from remediation.models import Advice, AdviceState, Milestone, NodeHealth
+from tests.remediation.conftest import T0, anomaly_on, running_attempt
+
+pytestmark = pytest.mark.django_db
+
+
+def action_mode(cluster, allowlist=()):
+    cluster.mode = ClusterMode.ACTION
+    cluster.partitions_allowlist = list(allowlist)
+    cluster.save()
+
+
+def test_monitor_mode_publishes_advice_that_must_not_be_enforced(cluster) -> None:
+    anomaly = anomaly_on(running_attempt(cluster))
+    assert services.advise_cluster(cluster, T0) == 1
+    advice = Advice.objects.get()
+    assert (advice.action, advice.desired_state, advice.exclude_nodes) == (
+        "restart_excluding_node",
+        "running_excluding",
+        ["n2"],
+    )
+    assert (advice.enforce, advice.state) == (False, "proposed")
+    assert advice.anomaly == anomaly
+    assert "Implicated: n2." in advice.explanation
+    assert AuditEntry.objects.filter(verb="advice.proposed").count() == 1
+
+
+def test_action_mode_dispatches_inside_the_allowlist_only(cluster) -> None:
+    action_mode(cluster, allowlist=["canary"])
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    advice = Advice.objects.get()
+    assert (advice.enforce, advice.state) == (False, "proposed")
+    assert "outside the action allowlist" in advice.reasons[-1]
+    action_mode(cluster, allowlist=["gpu"])
+    anomaly_on(running_attempt(cluster, job_id="101"))
+    services.advise_cluster(cluster, T0)
+    assert Advice.objects.get(attempt__job_id="101").state == "dispatched"
+
+
+def test_advising_again_without_news_changes_nothing(cluster) -> None:
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    assert services.advise_cluster(cluster, T0 + timedelta(seconds=5)) == 0
+    assert Advice.objects.get().generation == 1
+
+
+def test_sharper_evidence_before_a_claim_makes_a_new_generation(cluster) -> None:
+    attempt = running_attempt(cluster)
+    anomaly_on(
+        attempt,
+        category="nccl_timeout_hang",
+        attribution="none",
+        hosts=(),
+        label="supported",
+        root_cause="nccl_watchdog_timeout",
+    )
+    services.advise_cluster(cluster, T0)
+    assert Advice.objects.get().action == "restart"
+    anomaly_on(attempt, at=T0 + timedelta(seconds=3))  # the Xid on n2 arrives
+    services.advise_cluster(cluster, T0 + timedelta(seconds=5))
+    advice = Advice.objects.get()
+    assert (advice.generation, advice.action, advice.exclude_nodes) == (
+        2,
+        "restart_excluding_node",
+        ["n2"],
+    )
+    assert AuditEntry.objects.filter(verb="advice.revised").exists()
+
+
+def test_each_implicated_node_gets_one_strike_per_anomaly_and_is_drained_at_the_limit(
+    cluster,
+) -> None:
+    for n in range(3):
+        anomaly_on(running_attempt(cluster, job_id=str(200 + n), comment=f'{{"workload": "w{n}"}}'))
+        services.advise_cluster(cluster, T0 + timedelta(minutes=n))
+        services.advise_cluster(cluster, T0 + timedelta(minutes=n, seconds=1))
+    assert len(NodeHealth.objects.get(name="n2").strikes) == 3
+    last = Advice.objects.get(attempt__job_id="202")
+    assert last.drain_nodes == ["n2"]
+
+
+def test_a_second_controller_cannot_claim_what_the_first_claimed(cluster) -> None:
+    action_mode(cluster)
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    advice = Advice.objects.get()
+    first = services.issue_controller_token("user:alice", cluster, "ctl-a").token
+    second = services.issue_controller_token("user:alice", cluster, "ctl-b").token
+    assert services.reconcile(first, advice.pk, 1, "pending", "").changed
+    assert not services.reconcile(first, advice.pk, 1, "pending", "").changed  # a replay
+    with pytest.raises(services.AdviceAlreadyClaimed):
+        services.reconcile(second, advice.pk, 1, "pending", "")
+    advice.refresh_from_db()
+    assert (advice.state, advice.claimed_by) == ("claimed", "controller:research/ctl-a")
+
+
+def test_reconciliation_is_generation_scoped_and_idempotent(cluster) -> None:
+    action_mode(cluster)
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    advice = Advice.objects.get()
+    controller = services.issue_controller_token("user:alice", cluster, "ctl").token
+    with pytest.raises(services.StaleGeneration):
+        services.reconcile(controller, advice.pk, 7, "converged", "done")
+    assert services.reconcile(controller, advice.pk, 1, "converged", "requeued").changed
+    assert not services.reconcile(controller, advice.pk, 1, "converged", "requeued").changed
+    advice.refresh_from_db()
+    assert advice.state == AdviceState.EXECUTED and advice.executed_at is not None
+    assert AuditEntry.objects.filter(verb="advice.executed").count() == 1
+
+
+def test_monitor_mode_advice_refuses_reconciliation(cluster) -> None:
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    controller = services.issue_controller_token("user:alice", cluster, "ctl").token
+    with pytest.raises(PermissionError, match="monitor mode"):
+        services.reconcile(controller, Advice.objects.get().pk, 1, "pending", "")
+
+
+def test_a_replayed_milestone_is_recorded_once(cluster) -> None:
+    action_mode(cluster)
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    advice = Advice.objects.get()
+    controller = services.issue_controller_token("user:alice", cluster, "ctl").token
+    _, created = services.record_milestone(controller, advice.pk, "k1", "requeue_hold", T0, {})
+    _, again = services.record_milestone(controller, advice.pk, "k1", "requeue_hold", T0, {})
+    assert (created, again) == (True, False)
+    assert Milestone.objects.count() == 1
+    assert AuditEntry.objects.filter(verb="controller.requeue_hold").count() == 1
+
+
+def test_releasing_a_node_needs_a_reason_and_is_audited(cluster) -> None:
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    with pytest.raises(ValueError, match="needs a reason"):
+        services.release_node("user:bob", cluster, "n2", "  ")
+    health = services.release_node("user:bob", cluster, "n2", "GPU replaced, dcgmi diag passed")
+    assert (health.state, health.strikes, health.released_by) == ("healthy", [], "user:bob")
+    entry = AuditEntry.objects.get(verb="node.released")
+    assert entry.payload == {"from": "suspect", "reason": "GPU replaced, dcgmi diag passed"}
+
+
+def test_time_to_resume_is_recorded_when_the_next_attempt_runs(cluster) -> None:
+    from dataclasses import replace
+
+    from detection.telemetry import ClusterSnapshot, JobState
+    from tests.factories import JobRecordFactory
+
+    job = JobRecordFactory(job_id="300", comment='{"workload": "gpt"}')
+    console.record_snapshot(
+        "t",
+        cluster,
+        ClusterSnapshot(
+            T0, (replace(job, state=JobState.FAILED, end_time=T0 + timedelta(seconds=30)),), ()
+        ),
+    )
+    anomaly_on(cluster.attempts.get(job_id="300"), at=T0 + timedelta(seconds=20))
+    again = replace(job, restart_count=1, start_time=T0 + timedelta(seconds=80))
+    console.record_snapshot("t", cluster, ClusterSnapshot(T0 + timedelta(seconds=80), (again,), ()))
+    assert cluster.attempts.get(job_id="300", attempt_index=1).time_to_resume_s == 60.0
