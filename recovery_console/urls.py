@@ -1,5 +1,6 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from . import views
 
@@ -10,4 +11,7 @@ urlpatterns = [
     path("workloads/<int:pk>/", views.workload_detail, name="workload"),
     path("workloads/<int:pk>/_attempts", views.workload_attempts, name="workload-attempts"),
     path("admin/", admin.site.urls),
+    path("api/v1/advisor/", include("remediation.advisor.urls")),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]

@@ -1,0 +1,101 @@
+"""Advisor API payloads (DESIGN.md §4)."""
+
+from typing import Any
+
+from rest_framework import serializers
+
+from detection.telemetry import JobState, NodeState
+from remediation.models import Advice, Milestone
+
+
+class JobSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    job_id = serializers.RegexField(r"^\d+(_\d+)?$", max_length=64)
+    name = serializers.CharField(max_length=200, allow_blank=True, default="")
+    state = serializers.ChoiceField(choices=[s.value for s in JobState])
+    partition = serializers.CharField(max_length=64, allow_blank=True, default="")
+    nodes = serializers.ListField(child=serializers.CharField(max_length=128), default=list)
+    restart_count = serializers.IntegerField(min_value=0, default=0)
+    exit_code = serializers.IntegerField(allow_null=True, default=None)
+    signal = serializers.IntegerField(allow_null=True, default=None)
+    reason = serializers.CharField(max_length=255, allow_blank=True, default="")
+    comment = serializers.CharField(max_length=10000, allow_blank=True, default="")
+    excluded_nodes = serializers.ListField(
+        child=serializers.CharField(max_length=128), default=list
+    )
+    held = serializers.BooleanField(default=False)
+    submit_time = serializers.DateTimeField(allow_null=True, default=None)
+    start_time = serializers.DateTimeField(allow_null=True, default=None)
+    end_time = serializers.DateTimeField(allow_null=True, default=None)
+
+
+class NodeSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField(max_length=128)
+    state = serializers.ChoiceField(choices=[s.value for s in NodeState])
+    reason = serializers.CharField(max_length=255, allow_blank=True, default="")
+    gpus = serializers.IntegerField(min_value=0, default=0)
+    partitions = serializers.ListField(child=serializers.CharField(max_length=64), default=list)
+
+
+class SnapshotSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    taken_at = serializers.DateTimeField()
+    jobs = JobSerializer(many=True, max_length=100_000)
+    nodes = NodeSerializer(many=True, max_length=100_000)
+
+
+class SnapshotResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    new_attempts = serializers.IntegerField()
+    changed_attempts = serializers.IntegerField()
+    changed_nodes = serializers.IntegerField()
+
+
+class AdviceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    job_id = serializers.CharField(source="attempt.job_id")
+    attempt_index = serializers.IntegerField(source="attempt.attempt_index")
+    partition = serializers.CharField(source="attempt.partition")
+
+    class Meta:
+        model = Advice
+        fields = (
+            "id",
+            "generation",
+            "job_id",
+            "attempt_index",
+            "partition",
+            "action",
+            "desired_state",
+            "exclude_nodes",
+            "drain_nodes",
+            "enforce",
+            "state",
+            "reasons",
+            "decided_at",
+            "claimed_by",
+            "observed_generation",
+            "disposition",
+        )
+
+
+class ReconciliationSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    observed_generation = serializers.IntegerField(min_value=1)
+    disposition = serializers.ChoiceField(choices=["pending", "converged", "abandoned"])
+    reason = serializers.CharField(max_length=2000, allow_blank=True, default="")
+
+
+class MilestoneSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    advice = serializers.IntegerField(min_value=1)
+    idempotency_key = serializers.CharField(max_length=200)
+    action = serializers.ChoiceField(choices=Milestone.Step.values)
+    at = serializers.DateTimeField()
+    detail = serializers.DictField(required=False, default=dict)
+
+
+class HeartbeatSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    controller_version = serializers.CharField(max_length=50, required=False, default="")
+    transport = serializers.CharField(max_length=50, required=False, default="")
+    slurm_version = serializers.CharField(max_length=50, required=False, default="")
+    last_error = serializers.CharField(
+        max_length=2000, required=False, allow_blank=True, default=""
+    )
+
+    def to_info(self) -> dict[str, Any]:
+        return dict(self.validated_data)

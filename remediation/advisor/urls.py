@@ -1,0 +1,15 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("<slug:cluster>/snapshots", views.SnapshotView.as_view(), name="advisor-snapshots"),
+    path("<slug:cluster>/advice", views.AdviceListView.as_view(), name="advisor-advice"),
+    path(
+        "<slug:cluster>/advice/<int:pk>/reconciliation",
+        views.ReconciliationView.as_view(),
+        name="advisor-reconciliation",
+    ),
+    path("<slug:cluster>/milestones", views.MilestoneView.as_view(), name="advisor-milestones"),
+    path("<slug:cluster>/heartbeat", views.HeartbeatView.as_view(), name="advisor-heartbeat"),
+]

@@ -1,0 +1,126 @@
+"""The Advisor API: what a Slurm Advisor Controller reads and reports (DESIGN.md §4).
+
+Every endpoint is scoped to the cluster in the URL and to the controller token's cluster, and a
+replayed request changes nothing twice."""
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from detection.telemetry import ClusterSnapshot, JobRecord, NodeRecord
+from recovery_console import services as console
+from remediation import services
+from remediation.models import Advice
+
+from . import serializers as s
+from .authentication import ControllerTokenAuthentication, IsControllerOfCluster
+
+
+class AdvisorView(APIView):
+    authentication_classes = (ControllerTokenAuthentication,)
+    permission_classes = (IsControllerOfCluster,)
+
+
+class SnapshotView(AdvisorView):
+    @extend_schema(request=s.SnapshotSerializer, responses=s.SnapshotResultSerializer)
+    def post(self, request: Request, cluster: str) -> Response:
+        """The jobs and nodes the controller sees (squeue/sinfo), recorded as attempts and nodes."""
+        payload = s.SnapshotSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        snapshot = _snapshot(payload.validated_data)
+        result = console.record_snapshot(request.auth.actor, request.auth.cluster, snapshot)
+        return Response(s.SnapshotResultSerializer(result).data)
+
+
+def _snapshot(data: dict[str, Any]) -> ClusterSnapshot:
+    jobs = tuple(
+        JobRecord(
+            **{**job, "nodes": tuple(job["nodes"]), "excluded_nodes": tuple(job["excluded_nodes"])}
+        )
+        for job in data["jobs"]
+    )
+    nodes = tuple(
+        NodeRecord(**{**node, "partitions": tuple(node["partitions"])}) for node in data["nodes"]
+    )
+    return ClusterSnapshot(taken_at=data["taken_at"], jobs=jobs, nodes=nodes)
+
+
+class AdviceListView(AdvisorView):
+    @extend_schema(
+        parameters=[OpenApiParameter("active", bool, description="only advice still to act on")],
+        responses=s.AdviceSerializer(many=True),
+    )
+    def get(self, request: Request, cluster: str) -> Response:
+        """Advice with its generation, desired state and exclusions; ``enforce: false`` (monitor
+        mode, or a partition outside the allowlist) must not be acted on."""
+        if request.query_params.get("active", "true").lower() in {"1", "true", "yes"}:
+            advice = services.active_advice(request.auth.cluster)
+        else:
+            advice = list(
+                Advice.objects.filter(cluster=request.auth.cluster).select_related("attempt")[:1000]
+            )
+        return Response(s.AdviceSerializer(advice, many=True).data)
+
+
+class ReconciliationView(AdvisorView):
+    @extend_schema(request=s.ReconciliationSerializer, responses=s.AdviceSerializer)
+    def put(self, request: Request, cluster: str, pk: int) -> Response:
+        """Report on one advice for the generation acted on: pending (claims it), converged or
+        abandoned. Idempotent; a stale generation or another controller's claim gets 409."""
+        payload = s.ReconciliationSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        get_object_or_404(Advice, pk=pk, cluster=request.auth.cluster)
+        data = payload.validated_data
+        try:
+            result = services.reconcile(
+                request.auth, pk, data["observed_generation"], data["disposition"], data["reason"]
+            )
+        except services.StaleGeneration as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        except services.AdviceAlreadyClaimed:
+            return Response(
+                {"detail": "another controller claimed this advice"},
+                status=status.HTTP_409_CONFLICT,
+            )
+        except PermissionError as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        return Response(s.AdviceSerializer(result.advice).data)
+
+
+class MilestoneView(AdvisorView):
+    @extend_schema(
+        request=s.MilestoneSerializer,
+        responses={201: s.MilestoneSerializer, 200: s.MilestoneSerializer},
+    )
+    def post(self, request: Request, cluster: str) -> Response:
+        """A step carried out; the idempotency key makes a replay record nothing (200)."""
+        payload = s.MilestoneSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = payload.validated_data
+        get_object_or_404(Advice, pk=data["advice"], cluster=request.auth.cluster)
+        _, created = services.record_milestone(
+            request.auth,
+            data["advice"],
+            data["idempotency_key"],
+            data["action"],
+            data["at"],
+            data["detail"],
+        )
+        return Response(
+            payload.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
+
+
+class HeartbeatView(AdvisorView):
+    @extend_schema(request=s.HeartbeatSerializer, responses={204: None})
+    def post(self, request: Request, cluster: str) -> Response:
+        """The controller is alive; the console and the watchdog read these."""
+        payload = s.HeartbeatSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        services.heartbeat(request.auth, payload.to_info())
+        return Response(status=status.HTTP_204_NO_CONTENT)
