@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from detection.telemetry import ClusterSnapshot, JobRecord, NodeRecord
+from detection.telemetry import ClusterSnapshot, JobRecord, JobState, NodeRecord, NodeState
 from recovery_console import services as console
 from remediation import services
 from remediation.models import Advice
@@ -38,14 +38,23 @@ class SnapshotView(AdvisorView):
 
 
 def _snapshot(data: dict[str, Any]) -> ClusterSnapshot:
+    """Validated payload to the scheduler records the services take."""
     jobs = tuple(
         JobRecord(
-            **{**job, "nodes": tuple(job["nodes"]), "excluded_nodes": tuple(job["excluded_nodes"])}
+            **job
+            | {
+                "state": JobState(job["state"]),
+                "nodes": tuple(job["nodes"]),
+                "excluded_nodes": tuple(job["excluded_nodes"]),
+            }
         )
         for job in data["jobs"]
     )
     nodes = tuple(
-        NodeRecord(**{**node, "partitions": tuple(node["partitions"])}) for node in data["nodes"]
+        NodeRecord(
+            **node | {"state": NodeState(node["state"]), "partitions": tuple(node["partitions"])}
+        )
+        for node in data["nodes"]
     )
     return ClusterSnapshot(taken_at=data["taken_at"], jobs=jobs, nodes=nodes)
 

@@ -1,0 +1,206 @@
+"""The Advisor API as a controller uses it: token scoping, replays and stale generations."""
+
+from datetime import UTC, datetime
+
+import pytest
+from rest_framework.test import APIClient
+
+from recovery_console.models import Attempt, ClusterMode, Node
+from remediation import services
+from remediation.models import Advice, Milestone
+from tests.remediation.conftest import T0, anomaly_on, running_attempt
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def controller(cluster) -> APIClient:
+    client = APIClient()
+    secret = services.issue_controller_token("user:alice", cluster, "ctl").secret
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+@pytest.fixture
+def dispatched(cluster) -> Advice:
+    cluster.mode = ClusterMode.ACTION
+    cluster.save()
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    return Advice.objects.get()
+
+
+SNAPSHOT = {
+    "taken_at": "2026-11-29T12:00:00Z",
+    "jobs": [
+        {
+            "job_id": "77_3",
+            "name": "sweep",
+            "state": "RUNNING",
+            "partition": "gpu",
+            "nodes": ["n3", "n4"],
+            "restart_count": 0,
+            "comment": '{"workload": "sweep"}',
+            "start_time": "2026-11-29T11:59:00Z",
+        }
+    ],
+    "nodes": [{"name": "n3", "state": "ALLOCATED", "gpus": 8, "partitions": ["gpu"]}],
+}
+
+
+def test_a_snapshot_is_recorded_and_its_replay_changes_nothing(cluster, controller) -> None:
+    first = controller.post("/api/v1/advisor/research/snapshots", SNAPSHOT, format="json")
+    again = controller.post("/api/v1/advisor/research/snapshots", SNAPSHOT, format="json")
+    assert (first.status_code, first.json()) == (
+        200,
+        {"new_attempts": 1, "changed_attempts": 0, "changed_nodes": 0},
+    )
+    assert (again.status_code, again.json()) == (
+        200,
+        {"new_attempts": 0, "changed_attempts": 0, "changed_nodes": 0},
+    )
+    assert Attempt.objects.get(job_id="77_3").workload.key == "sweep"
+
+
+def test_a_malformed_snapshot_is_refused_with_the_reason_and_records_nothing(
+    cluster, controller
+) -> None:
+    bad = {
+        **SNAPSHOT,
+        "jobs": [{**SNAPSHOT["jobs"][0], "state": "EXPLODED", "job_id": "77; rm -rf /"}],
+    }
+    response = controller.post("/api/v1/advisor/research/snapshots", bad, format="json")
+    assert response.status_code == 400
+    errors = response.json()["jobs"]["0"]  # DRF keys list errors by index
+    assert set(errors) == {"state", "job_id"}
+    assert not Attempt.objects.filter(job_id__startswith="77").exists()
+
+
+def test_a_token_for_one_cluster_gets_403_on_another(cluster, controller) -> None:
+    from recovery_console import services as console
+
+    console.create_cluster("user:alice", "other")
+    response = controller.get("/api/v1/advisor/other/advice?active=true")
+    assert response.status_code == 403
+    assert response.json()["detail"] == "this controller token belongs to another cluster"
+
+
+def test_no_or_a_bad_token_is_refused(cluster) -> None:
+    client = APIClient()
+    assert client.get("/api/v1/advisor/research/advice").status_code in (401, 403)
+    client.credentials(HTTP_AUTHORIZATION="Bearer rcc_not-a-token")
+    response = client.get("/api/v1/advisor/research/advice")
+    assert (response.status_code, response.json()["detail"]) == (
+        401,
+        "unknown or revoked controller token",
+    )
+
+
+def test_active_advice_carries_generation_desired_state_and_exclusions(
+    dispatched, controller
+) -> None:
+    response = controller.get("/api/v1/advisor/research/advice?active=true")
+    assert response.status_code == 200
+    (advice,) = response.json()
+    assert advice | {"decided_at": None} == advice | {
+        "id": dispatched.pk,
+        "generation": 1,
+        "job_id": "100",
+        "attempt_index": 0,
+        "partition": "gpu",
+        "action": "restart_excluding_node",
+        "desired_state": "running_excluding",
+        "exclude_nodes": ["n2"],
+        "drain_nodes": [],
+        "enforce": True,
+        "state": "dispatched",
+        "decided_at": None,
+    }
+
+
+def test_monitor_mode_advice_is_published_with_enforce_false(cluster, controller) -> None:
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    (advice,) = controller.get("/api/v1/advisor/research/advice").json()
+    assert (advice["enforce"], advice["state"]) == (False, "proposed")
+    response = controller.put(
+        f"/api/v1/advisor/research/advice/{advice['id']}/reconciliation",
+        {"observed_generation": 1, "disposition": "pending"},
+        format="json",
+    )
+    assert response.status_code == 403
+
+
+def test_reconciliation_claims_converges_and_is_idempotent(dispatched, controller) -> None:
+    url = f"/api/v1/advisor/research/advice/{dispatched.pk}/reconciliation"
+    claim = controller.put(url, {"observed_generation": 1, "disposition": "pending"}, format="json")
+    assert (claim.status_code, claim.json()["state"]) == (200, "claimed")
+    stale = controller.put(
+        url, {"observed_generation": 2, "disposition": "converged"}, format="json"
+    )
+    assert stale.status_code == 409 and "generation 1" in stale.json()["detail"]
+    done = controller.put(
+        url,
+        {"observed_generation": 1, "disposition": "converged", "reason": "requeued"},
+        format="json",
+    )
+    replay = controller.put(
+        url,
+        {"observed_generation": 1, "disposition": "converged", "reason": "requeued"},
+        format="json",
+    )
+    assert done.json()["state"] == replay.json()["state"] == "executed"
+
+
+def test_a_second_controller_gets_409_on_a_claimed_advice(cluster, dispatched, controller) -> None:
+    url = f"/api/v1/advisor/research/advice/{dispatched.pk}/reconciliation"
+    controller.put(url, {"observed_generation": 1, "disposition": "pending"}, format="json")
+    rival = APIClient()
+    rival.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {services.issue_controller_token('user:alice', cluster, 'rival').secret}"
+    )
+    response = rival.put(url, {"observed_generation": 1, "disposition": "pending"}, format="json")
+    assert (response.status_code, response.json()["detail"]) == (
+        409,
+        "another controller claimed this advice",
+    )
+
+
+def test_a_replayed_milestone_is_recorded_once(dispatched, controller) -> None:
+    body = {
+        "advice": dispatched.pk,
+        "idempotency_key": "adv-1-g1-requeue_hold",
+        "action": "requeue_hold",
+        "at": "2026-11-29T12:00:05Z",
+    }
+    first = controller.post("/api/v1/advisor/research/milestones", body, format="json")
+    again = controller.post("/api/v1/advisor/research/milestones", body, format="json")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert Milestone.objects.get().at == datetime(2026, 11, 29, 12, 0, 5, tzinfo=UTC)
+
+
+def test_a_drain_milestone_marks_the_node_drained(dispatched, controller) -> None:
+    body = {
+        "advice": dispatched.pk,
+        "idempotency_key": "drain-n2",
+        "action": "drain_node",
+        "at": "2026-11-29T12:00:05Z",
+        "detail": {"node": "n2"},
+    }
+    assert (
+        controller.post("/api/v1/advisor/research/milestones", body, format="json").status_code
+        == 201
+    )
+    from remediation.models import NodeHealth
+
+    assert NodeHealth.objects.get(name="n2").state == "drained"
+
+
+def test_the_heartbeat_is_kept_for_the_console_and_the_watchdog(cluster, controller) -> None:
+    response = controller.post(
+        "/api/v1/advisor/research/heartbeat", {"transport": "ssh"}, format="json"
+    )
+    assert response.status_code == 204
+    token = cluster.controller_tokens.get()
+    assert token.last_heartbeat_at is not None and token.heartbeat["transport"] == "ssh"
+    assert Node.objects.filter(cluster=cluster).exists()
