@@ -156,9 +156,8 @@ def test_a_second_controller_gets_409_on_a_claimed_advice(cluster, dispatched, c
     url = f"/api/v1/advisor/research/advice/{dispatched.pk}/reconciliation"
     controller.put(url, {"observed_generation": 1, "disposition": "pending"}, format="json")
     rival = APIClient()
-    rival.credentials(
-        HTTP_AUTHORIZATION=f"Bearer {services.issue_controller_token('user:alice', cluster, 'rival').secret}"
-    )
+    secret = services.issue_controller_token("user:alice", cluster, "rival").secret
+    rival.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
     response = rival.put(url, {"observed_generation": 1, "disposition": "pending"}, format="json")
     assert (response.status_code, response.json()["detail"]) == (
         409,
