@@ -1,4 +1,5 @@
-"""The loop that keeps simulated clusters running: step each simulator, then scan it."""
+"""The loop that keeps simulated clusters running: step each simulator, scan it, advise, and let
+its controller act (only on advice enforced in action mode)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from django.db import close_old_connections
 
 from detection.services import scan_cluster
+from remediation.controller.reconciler import Controller
 from remediation.services import advise_cluster
 
 from .models import Cluster
@@ -24,23 +26,25 @@ class SimulationLoop:
 
     def __init__(self, clusters: list[Cluster], interval: float = 2.0, speed: float = 1.0) -> None:
         self.runners = [SimulationRunner(cluster) for cluster in clusters]
+        self.controllers = [runner.controller() for runner in self.runners]
         self.interval, self.speed = interval, speed
         self.stopping = threading.Event()
 
     def run(self) -> None:
         while not self.stopping.is_set():
             started = time.monotonic()
-            for runner in self.runners:
-                self._step(runner)
+            for runner, controller in zip(self.runners, self.controllers, strict=True):
+                self._step(runner, controller)
             self.stopping.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
-    def _step(self, runner: SimulationRunner) -> None:
+    def _step(self, runner: SimulationRunner, controller: Controller) -> None:
         close_old_connections()
         try:
             runner.step(self.interval * self.speed)
             summary = scan_cluster(runner.cluster, runner.now)
             advised = advise_cluster(runner.cluster, runner.now)
-            log.debug("%s: %s; %d advice", runner.cluster.name, summary, advised)
+            acted = controller.cycle()
+            log.debug("%s: %s; %d advice; %s", runner.cluster.name, summary, advised, acted)
         except Exception:  # the demo keeps going; the error is logged with its traceback
             log.exception("simulation step of %s failed", runner.cluster.name)
 

@@ -18,6 +18,9 @@ from django.conf import settings
 from detection.sources.memory import MemoryLogSource, MemoryMetrics
 from detection.sourcing import ClusterSources
 from detection.telemetry import LogLine, MetricSample
+from remediation.controller.reconciler import Controller
+from remediation.controller.simulated import SimulatedSlurm
+from remediation.local_advisor import LocalAdvisor, controller_token_for
 
 from . import services
 from .models import Attempt, Cluster
@@ -100,6 +103,18 @@ class SimulationRunner:
     @property
     def now(self) -> datetime:
         return self.simulator.now
+
+    def controller(self) -> Controller:
+        """The cluster's Slurm Advisor Controller, acting on this simulator's scheduler. It
+        reports no snapshots of its own: ``step`` records them."""
+        advisor = LocalAdvisor(controller_token_for(self.cluster, "simulated"))
+        return Controller(
+            advisor,
+            SimulatedSlurm(self.simulator),
+            lambda: self.simulator.now,
+            transport_name="simulated",
+            report_state=False,
+        )
 
     def step(self, seconds: float) -> services.SnapshotResult:
         """Advance ``seconds`` of simulated time, write the output and record the snapshot."""

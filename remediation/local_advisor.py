@@ -1,0 +1,49 @@
+"""The Advisor as a controller inside the console's own process sees it: the same services the
+Advisor API calls, without HTTP. The simulated cluster's controller (demo, benchmark) uses it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from detection.telemetry import ClusterSnapshot
+from recovery_console import services as console
+
+from . import services
+from .advisor.serializers import AdviceSerializer
+from .controller.reconciler import AdviceItem
+from .models import ControllerToken
+
+
+class LocalAdvisor:
+    def __init__(self, token: ControllerToken) -> None:
+        self.token = token
+
+    def post_snapshot(self, snapshot: ClusterSnapshot) -> None:
+        console.record_snapshot(self.token.actor, self.token.cluster, snapshot)
+
+    def active_advice(self) -> list[AdviceItem]:
+        published = AdviceSerializer(services.active_advice(self.token.cluster), many=True).data
+        return [AdviceItem.from_json(dict(item)) for item in published]
+
+    def reconcile(self, advice: AdviceItem, disposition: str, reason: str = "") -> bool:
+        try:
+            services.reconcile(self.token, advice.id, advice.generation, disposition, reason)
+        except (services.StaleGeneration, services.AdviceAlreadyClaimed):
+            return False
+        return True
+
+    def milestone(
+        self, advice: AdviceItem, step: str, at: datetime, detail: dict[str, Any], key: str
+    ) -> None:
+        services.record_milestone(self.token, advice.id, key, step, at, detail)
+
+    def heartbeat(self, info: dict[str, Any]) -> None:
+        services.heartbeat(self.token, info)
+
+
+def controller_token_for(cluster: Any, name: str = "local") -> ControllerToken:
+    """The token an in-process controller acts under (created on first use, audited)."""
+    tokens = ControllerToken.objects.filter(cluster=cluster, name=name, revoked_at__isnull=True)
+    token = tokens.first()
+    return token or services.issue_controller_token("system:controller", cluster, name).token
