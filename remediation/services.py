@@ -30,7 +30,7 @@ from .models import (
     NodeHealthState,
     token_digest,
 )
-from .policy import Decision, History, Incident, Policy, decide, parse_policy
+from .policy import Action, Decision, History, Incident, Policy, decide, parse_policy
 
 ACTOR = "system:remediation"
 UNHEALTHY_NODE_STATES = ("DOWN", "DRAINED", "DRAINING")
@@ -165,7 +165,7 @@ def _advice_fields(
 ) -> dict[str, Any]:
     allowed = not cluster.partitions_allowlist or attempt.partition in cluster.partitions_allowlist
     enforce = (
-        cluster.mode == ClusterMode.ACTION and allowed and decision.action != AdviceAction.NONE
+        cluster.mode == ClusterMode.ACTION and allowed and decision.action != Action.NONE
     )
     reasons = list(decision.reasons)
     if cluster.mode == ClusterMode.ACTION and not allowed:

@@ -43,7 +43,7 @@ class IsControllerOfCluster(permissions.BasePermission):
         return bool(token.cluster.name == view.kwargs.get("cluster"))
 
 
-class ControllerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[misc]
+class ControllerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
     target_class = "remediation.advisor.authentication.ControllerTokenAuthentication"
     name = "controllerToken"
 

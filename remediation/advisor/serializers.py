@@ -38,8 +38,8 @@ class NodeSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 class SnapshotSerializer(serializers.Serializer):  # type: ignore[type-arg]
     taken_at = serializers.DateTimeField()
-    jobs = JobSerializer(many=True, max_length=100_000)
-    nodes = NodeSerializer(many=True, max_length=100_000)
+    jobs = JobSerializer(many=True, max_length=100_000)  # type: ignore[call-arg]
+    nodes = NodeSerializer(many=True, max_length=100_000)  # type: ignore[call-arg]
 
 
 class SnapshotResultSerializer(serializers.Serializer):  # type: ignore[type-arg]

@@ -8,6 +8,7 @@ from typing import Any
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -15,10 +16,18 @@ from rest_framework.views import APIView
 from detection.telemetry import ClusterSnapshot, JobRecord, JobState, NodeRecord, NodeState
 from recovery_console import services as console
 from remediation import services
-from remediation.models import Advice
+from remediation.models import Advice, ControllerToken
 
 from . import serializers as s
 from .authentication import ControllerTokenAuthentication, IsControllerOfCluster
+
+
+def controller_of(request: Request) -> ControllerToken:
+    """The authenticated controller (``IsControllerOfCluster`` has checked it is one)."""
+    token = request.auth
+    if not isinstance(token, ControllerToken):
+        raise PermissionDenied("a controller token is required")
+    return token
 
 
 class AdvisorView(APIView):
@@ -33,7 +42,9 @@ class SnapshotView(AdvisorView):
         payload = s.SnapshotSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         snapshot = _snapshot(payload.validated_data)
-        result = console.record_snapshot(request.auth.actor, request.auth.cluster, snapshot)
+        result = console.record_snapshot(
+            controller_of(request).actor, controller_of(request).cluster, snapshot
+        )
         return Response(s.SnapshotResultSerializer(result).data)
 
 
@@ -68,10 +79,12 @@ class AdviceListView(AdvisorView):
         """Advice with its generation, desired state and exclusions; ``enforce: false`` (monitor
         mode, or a partition outside the allowlist) must not be acted on."""
         if request.query_params.get("active", "true").lower() in {"1", "true", "yes"}:
-            advice = services.active_advice(request.auth.cluster)
+            advice = services.active_advice(controller_of(request).cluster)
         else:
             advice = list(
-                Advice.objects.filter(cluster=request.auth.cluster).select_related("attempt")[:1000]
+                Advice.objects.filter(cluster=controller_of(request).cluster).select_related(
+                    "attempt"
+                )[:1000]
             )
         return Response(s.AdviceSerializer(advice, many=True).data)
 
@@ -83,11 +96,15 @@ class ReconciliationView(AdvisorView):
         abandoned. Idempotent; a stale generation or another controller's claim gets 409."""
         payload = s.ReconciliationSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        get_object_or_404(Advice, pk=pk, cluster=request.auth.cluster)
+        get_object_or_404(Advice, pk=pk, cluster=controller_of(request).cluster)
         data = payload.validated_data
         try:
             result = services.reconcile(
-                request.auth, pk, data["observed_generation"], data["disposition"], data["reason"]
+                controller_of(request),
+                pk,
+                data["observed_generation"],
+                data["disposition"],
+                data["reason"],
             )
         except services.StaleGeneration as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
@@ -111,9 +128,9 @@ class MilestoneView(AdvisorView):
         payload = s.MilestoneSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        get_object_or_404(Advice, pk=data["advice"], cluster=request.auth.cluster)
+        get_object_or_404(Advice, pk=data["advice"], cluster=controller_of(request).cluster)
         _, created = services.record_milestone(
-            request.auth,
+            controller_of(request),
             data["advice"],
             data["idempotency_key"],
             data["action"],
@@ -131,5 +148,5 @@ class HeartbeatView(AdvisorView):
         """The controller is alive; the console and the watchdog read these."""
         payload = s.HeartbeatSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        services.heartbeat(request.auth, payload.to_info())
+        services.heartbeat(controller_of(request), payload.to_info())
         return Response(status=status.HTTP_204_NO_CONTENT)

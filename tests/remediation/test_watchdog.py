@@ -1,0 +1,125 @@
+"""The watchdog fails open: a job requeue-held for a decision is released after the hold
+timeout when the controller died before releasing it."""
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from detection.services import scan_cluster
+from recovery_console import services
+from recovery_console.models import AuditEntry, ClusterMode
+from recovery_console.simulation import SimulationRunner
+from remediation.controller.reconciler import AdvisorUnavailable, Controller
+from remediation.controller.simulated import SimulatedSlurm
+from remediation.controller.transport import TransportError
+from remediation.controller.watchdog import Watchdog
+from remediation.local_advisor import LocalAdvisor, controller_token_for
+from remediation.models import Milestone
+from remediation.services import advise_cluster
+
+pytestmark = pytest.mark.django_db
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+class DiesBeforeRelease(SimulatedSlurm):
+    """A controller host that goes away right after the requeue-hold."""
+
+    def release(self, job_id: str) -> None:
+        raise TransportError("ssh ctl@slurm-head", "connection reset by peer")
+
+
+class DeadConsole:
+    def active_advice(self) -> list:
+        raise AdvisorUnavailable("GET http://console/api/v1/advisor/sim/advice: connection refused")
+
+
+@pytest.fixture
+def held_job(tmp_path: Path):
+    cluster = services.create_cluster(
+        "test",
+        "sim",
+        scheduler={
+            "backend": "simulated",
+            "simulation": {
+                "seed": 3,
+                "nodes": 12,
+                "workloads": 3,
+                "nodes_per_job": [2, 3],
+                "fault_rate": 0.0,
+            },
+        },
+    )
+    cluster.mode = ClusterMode.ACTION
+    cluster.save()
+    runner = SimulationRunner(cluster, start=T0, in_process=True)
+    advisor = LocalAdvisor(controller_token_for(cluster, "controller"))
+    controller = Controller(
+        advisor, DiesBeforeRelease(runner.simulator), lambda: runner.now, report_state=False
+    )
+    for _ in range(12):
+        runner.step(5)
+    job = next(j for j in runner.simulator.snapshot().jobs if j.state == "RUNNING")
+    runner.simulator.inject(job.job_id, "xid79_fallen_off_bus")
+    for _ in range(6):
+        runner.step(5)
+        scan_cluster(cluster, runner.now, runner.sources)
+        advise_cluster(cluster, runner.now)
+        controller.cycle()
+    held = SimulatedSlurm(runner.simulator).job(job.job_id)
+    assert held is not None and held.held and held.restart_count == 1
+    return runner, job.job_id, tmp_path / "watchdog.json"
+
+
+def watchdog_for(runner, advisor, state: Path, timeout: float = 60.0) -> Watchdog:
+    return Watchdog(SimulatedSlurm(runner.simulator), lambda: runner.now, timeout, advisor, state)
+
+
+def test_a_job_held_past_the_timeout_is_released_and_the_release_audited(held_job) -> None:
+    runner, job_id, state = held_job
+    advisor = LocalAdvisor(controller_token_for(runner.cluster, "watchdog"))
+    watchdog = watchdog_for(runner, advisor, state)
+    assert watchdog.cycle() == []  # first sight of the hold starts its clock
+    runner.step(30)
+    assert watchdog.cycle() == []
+    runner.step(40)
+    assert watchdog.cycle() == [job_id]
+    runner.step(30)
+    assert SimulatedSlurm(runner.simulator).job(job_id).state == "RUNNING"
+    milestone = Milestone.objects.get(action="release")
+    assert milestone.detail["by"] == "watchdog" and milestone.detail["held_for_s"] > 60
+    assert AuditEntry.objects.filter(
+        verb="controller.release", actor="controller:sim/watchdog"
+    ).exists()
+
+
+def test_a_restarted_watchdog_keeps_the_hold_clock(held_job) -> None:
+    runner, job_id, state = held_job
+    advisor = LocalAdvisor(controller_token_for(runner.cluster, "watchdog"))
+    watchdog_for(runner, advisor, state).cycle()
+    runner.step(70)
+    assert watchdog_for(runner, advisor, state).cycle() == [job_id]
+
+
+def test_with_the_console_unreachable_it_fails_open_and_reports_later(held_job) -> None:
+    runner, job_id, state = held_job
+    watchdog = watchdog_for(runner, DeadConsole(), state)
+    watchdog.cycle()
+    runner.step(70)
+    assert watchdog.cycle() == [job_id]
+    assert not Milestone.objects.filter(action="release").exists()
+    advisor = LocalAdvisor(controller_token_for(runner.cluster, "watchdog"))
+    watchdog_for(runner, advisor, state).cycle()  # the console is back: the report goes in
+    assert Milestone.objects.get(action="release").detail["by"] == "watchdog"
+
+
+def test_a_hold_that_is_not_for_a_decision_is_left_alone(held_job) -> None:
+    runner, _, state = held_job
+    slurm = SimulatedSlurm(runner.simulator)
+    own = runner.simulator.scheduler.submit("user-held", 2, partition="gpu", hold=True)
+    advisor = LocalAdvisor(controller_token_for(runner.cluster, "watchdog"))
+    watchdog = watchdog_for(runner, advisor, state)
+    watchdog.cycle()
+    runner.step(120)
+    assert own not in watchdog.cycle()
+    assert slurm.job(own).held
