@@ -37,7 +37,7 @@ def send_workloads_changed(cluster_id: int, workload_ids: list[int]) -> None:
     transaction.on_commit(lambda: _send(groups, event))
 
 
-def _send(groups: list[str], event: WorkloadsChanged | AnomalyChanged) -> None:
+def _send(groups: list[str], event: WorkloadsChanged | AnomalyChanged | ClusterChanged) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
@@ -62,3 +62,19 @@ def send_anomaly(cluster_id: int, workload_id: int, anomaly_id: int) -> None:
     }
     groups = [cluster_group(cluster_id), workload_group(workload_id)]
     transaction.on_commit(lambda: _send(groups, event))
+
+
+ClusterPart = Literal["reviews", "mode", "settings", "nodes", "notifications"]
+
+
+class ClusterChanged(TypedDict):
+    type: Literal["cluster.changed"]
+    cluster: int
+    what: ClusterPart
+
+
+def send_cluster_changed(cluster_id: int, what: ClusterPart) -> None:
+    """Something about the cluster itself changed (its mode, a mode request, a review, its
+    settings or nodes): pages of the cluster re-fetch the partial ``what`` names."""
+    event: ClusterChanged = {"type": "cluster.changed", "cluster": cluster_id, "what": what}
+    transaction.on_commit(lambda: _send([cluster_group(cluster_id)], event))
