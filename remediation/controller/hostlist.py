@@ -1,0 +1,87 @@
+"""Expand Slurm hostlist expressions (``node[1-3,5]``, ``rack[1-2]-gpu[01-04]``) into names.
+
+Slurm prints node sets compressed this way in ``nodes``, ``excluded_nodes`` and reasons. Rules
+followed: commas outside brackets separate entries; each bracket holds numbers and ``lo-hi``
+ranges; a range keeps the width of its lower bound (``[08-10]`` gives ``08 09 10``); several
+brackets in one entry multiply out left to right.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+MAX_HOSTS = 100_000  # refuse absurd ranges rather than allocate millions of names
+EMPTY = frozenset({"", "(null)", "None"})  # how Slurm spells "no nodes"
+
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?", re.ASCII)
+
+
+def expand_hostlist(text: str) -> tuple[str, ...]:
+    """The node names of ``text`` in order; malformed text raises ``ValueError``."""
+    text = text.strip()
+    if text in EMPTY:
+        return ()
+    names: list[str] = []
+    for entry in _split_top_level(text):
+        names.extend(_expand_entry(entry))
+        if len(names) > MAX_HOSTS:
+            raise ValueError(f"hostlist expands to more than {MAX_HOSTS} names")
+    return tuple(names)
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    entries, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+            if depth > 1:
+                raise ValueError(f"nested brackets in hostlist {text!r}")
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"unbalanced ']' in hostlist {text!r}")
+        elif ch == "," and depth == 0:
+            entries.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"unclosed '[' in hostlist {text!r}")
+    entries.append(text[start:])
+    if any(not entry for entry in entries):
+        raise ValueError(f"empty entry in hostlist {text!r}")
+    return entries
+
+
+def _expand_entry(entry: str) -> list[str]:
+    # "a[1-2]b[3]c" -> literals ["a", "b", "c"] between bracket bodies ["1-2", "3"]
+    parts = re.split(r"\[([^\]]*)\]", entry)
+    literals, bodies = parts[0::2], parts[1::2]
+    choices = [_expand_body(body, entry) for body in bodies]
+    total = 1
+    for options in choices:
+        total *= len(options)
+    if total > MAX_HOSTS:
+        raise ValueError(f"hostlist entry {entry!r} expands to more than {MAX_HOSTS} names")
+    names = []
+    for combo in itertools.product(*choices):
+        pieces = [literals[0]]
+        for number, literal in zip(combo, literals[1:], strict=True):
+            pieces += [number, literal]
+        names.append("".join(pieces))
+    return names
+
+
+def _expand_body(body: str, entry: str) -> list[str]:
+    numbers: list[str] = []
+    for item in body.split(","):
+        match = _RANGE.fullmatch(item.strip())
+        if match is None:
+            raise ValueError(f"bad range {item!r} in hostlist entry {entry!r}")
+        low, high = match.group(1), match.group(2) or match.group(1)
+        if int(high) < int(low):
+            raise ValueError(f"descending range {item!r} in hostlist entry {entry!r}")
+        if int(high) - int(low) >= MAX_HOSTS:
+            raise ValueError(f"range {item!r} has more than {MAX_HOSTS} numbers")
+        numbers.extend(str(n).zfill(len(low)) for n in range(int(low), int(high) + 1))
+    return numbers
