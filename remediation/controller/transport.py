@@ -83,6 +83,10 @@ class SshTransport:
     ``remote_env`` (e.g. ``{"SLURM_CONF": ...}``) is set by prefixing ``env NAME=VALUE`` to the
     argument list: it needs only coreutils' ``env`` on the remote host, unlike ssh's ``SetEnv``,
     which works only where the server's ``AcceptEnv`` allows that name.
+
+    ``control_dir`` (a private directory) makes commands share one authenticated connection
+    (ssh's ControlMaster, kept ``control_persist`` seconds after the last command): a command
+    then costs a few hundredths of a second instead of a handshake. ``close()`` ends it.
     """
 
     def __init__(
@@ -95,6 +99,8 @@ class SshTransport:
         remote_env: Mapping[str, str] | None = None,
         connect_timeout: float = 10.0,
         ssh_binary: str = "ssh",
+        control_dir: Path | None = None,
+        control_persist: int = 60,
     ) -> None:
         if not _DESTINATION.fullmatch(destination):
             raise ValueError(f"not an ssh destination (user@host): {destination!r}")
@@ -107,6 +113,7 @@ class SshTransport:
         self._remote_env = _checked_env(remote_env or {})
         self._connect_timeout = max(1, round(connect_timeout))
         self._ssh = ssh_binary
+        self._control = _control_options(control_dir, control_persist)
 
     @property
     def target(self) -> str:
@@ -118,6 +125,12 @@ class SshTransport:
             # 255 is ssh failing (a remote program exiting 255 is indistinguishable; Slurm's don't)
             raise TransportError(self.target, f"ssh failed: {result.stderr.strip() or 'exit 255'}")
         return result
+
+    def close(self) -> None:
+        """End the shared connection, if there is one (it would expire by itself)."""
+        if self._control:
+            exit_master = [self._ssh, *self._options(), "-O", "exit", "--", self.destination]
+            _execute(exit_master, self._connect_timeout, self.target, None)
 
     def ssh_argv(self, argv: Sequence[str]) -> list[str]:
         """The local ``ssh`` argument list that runs ``argv`` remotely."""
@@ -152,7 +165,7 @@ class SshTransport:
             "LogLevel": "ERROR",  # keep stderr for the remote program and real failures
         }
         options = ["-T", "-p", str(self.port), "-i", self._identity]
-        for name, value in settings.items():
+        for name, value in {**settings, **self._control}.items():
             options += ["-o", f"{name}={value}"]
         return options
 
@@ -200,6 +213,21 @@ def _checked_env(env: Mapping[str, str]) -> dict[str, str]:
         if "\0" in value:
             raise ValueError(f"value of {name} contains a NUL byte")
     return dict(env)
+
+
+def _control_options(directory: Path | None, persist: int) -> dict[str, str]:
+    if directory is None:
+        return {}
+    # whoever can open the master's socket runs commands as our remote user
+    if not directory.is_dir() or directory.stat().st_mode & 0o077:
+        raise ValueError(f"control_dir must be a directory only we can access: {directory}")
+    if len(str(directory)) > 60:  # %C adds 40 characters; unix sockets allow about 104
+        raise ValueError(f"control_dir path too long for a unix socket: {directory}")
+    return {
+        "ControlMaster": "auto",
+        "ControlPath": f"{_option_path(directory)}/%C",
+        "ControlPersist": str(max(1, persist)),
+    }
 
 
 def _option_path(path: Path) -> str:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -226,3 +228,29 @@ def test_over_ssh_a_failing_remote_command_returns_its_exit_code(sshd: SshServer
     result = sshd.transport().run(["sh", "-c", "echo out; echo err >&2; exit 7"])
 
     assert result == (7, "out\n", "err\n")
+
+
+@pytest.mark.slurm
+def test_over_ssh_a_shared_connection_runs_commands_literally_until_closed(
+    sshd: SshServer, canary: Path
+) -> None:
+    control = Path(tempfile.mkdtemp(prefix="rc-cm-"))  # short: it holds a unix socket
+    transport = sshd.transport(control_dir=control)
+    try:
+        first = transport.run(["printf", "%s\\0", *hostile_texts(canary)])
+        assert [p.is_socket() for p in control.iterdir()] == [True]  # the master's socket
+        second = transport.run(["echo", "again"])
+    finally:
+        transport.close()
+        shutil.rmtree(control, ignore_errors=True)
+
+    assert first.stdout.split("\0")[:-1] == hostile_texts(canary)
+    assert second == (0, "again\n", "")
+    assert not canary.exists()
+
+
+def test_a_shared_connection_needs_a_private_directory(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+
+    with pytest.raises(ValueError, match="only we can access"):
+        make_ssh(control_dir=tmp_path)
