@@ -37,6 +37,9 @@ class Policy:
     """Defaults follow DESIGN.md §4: restart by default, bounded retries, gated action mode."""
 
     limits: Limits = field(default_factory=Limits)
+    # Advice on the scheduler's word alone ("FAILED", no log line yet) waits this long for the
+    # log evidence that usually follows, so the node at fault can still be named.
+    evidence_grace_seconds: float = 10.0
     stop_on_established_application_error: bool = True
     drain_after_strikes: int = 3
     strike_window_hours: float = 168.0
@@ -66,6 +69,7 @@ _NUMBERS: dict[str, tuple[type, float, float]] = {
     "max_restarts_per_workload": (int, 0, 1000),
     "max_retries_per_root_cause": (int, 0, 100),
     "hold_timeout_seconds": (float, 10, 86400),
+    "evidence_grace_seconds": (float, 0, 600),
     "drain_after_strikes": (int, 1, 100),
     "strike_window_hours": (float, 1, 24 * 365),
     "circuit_breaker_max_share": (float, 0, 1),

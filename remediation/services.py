@@ -58,8 +58,11 @@ def advise_cluster(cluster: Cluster, now: datetime) -> int:
     pending = Anomaly.objects.filter(cluster=cluster, state=AnomalyState.OPEN).filter(
         Q(advice__isnull=True) | Q(updated_at__gt=F("advice__decided_at"))
     )
+    grace = timedelta(seconds=parse_policy(cluster.policy).evidence_grace_seconds)
     count = 0
     for anomaly in pending.select_related("attempt", "workload", "cluster").order_by("detected_at"):
+        if anomaly.confidence_label == "hypothesis" and now - anomaly.detected_at < grace:
+            continue  # the scheduler's word alone: give the log evidence a moment to arrive
         advise(anomaly, now)
         count += 1
     return count
@@ -164,9 +167,7 @@ def _advice_fields(
     cluster: Cluster, attempt: Attempt, incident: Incident, decision: Decision, explanation: str
 ) -> dict[str, Any]:
     allowed = not cluster.partitions_allowlist or attempt.partition in cluster.partitions_allowlist
-    enforce = (
-        cluster.mode == ClusterMode.ACTION and allowed and decision.action != Action.NONE
-    )
+    enforce = cluster.mode == ClusterMode.ACTION and allowed and decision.action != Action.NONE
     reasons = list(decision.reasons)
     if cluster.mode == ClusterMode.ACTION and not allowed:
         reasons.append(

@@ -167,3 +167,24 @@ def test_time_to_resume_is_recorded_when_the_next_attempt_runs(cluster) -> None:
     again = replace(job, restart_count=1, start_time=T0 + timedelta(seconds=80))
     console.record_snapshot("t", cluster, ClusterSnapshot(T0 + timedelta(seconds=80), (again,), ()))
     assert cluster.attempts.get(job_id="300", attempt_index=1).time_to_resume_s == 60.0
+
+
+def test_advice_on_the_schedulers_word_alone_waits_for_log_evidence(cluster) -> None:
+    attempt = running_attempt(cluster)
+    anomaly_on(
+        attempt,
+        category="node_or_process_failure",
+        attribution="none",
+        hosts=(),
+        label="hypothesis",
+        root_cause="slurm:FAILED",
+    )
+    assert services.advise_cluster(cluster, T0 + timedelta(seconds=5)) == 0
+    anomaly_on(attempt, at=T0 + timedelta(seconds=6))  # the log's Xid arrives meanwhile
+    services.advise_cluster(cluster, T0 + timedelta(seconds=7))
+    advice = Advice.objects.get()
+    assert (advice.generation, advice.action, advice.exclude_nodes) == (
+        1,
+        "restart_excluding_node",
+        ["n2"],
+    )
