@@ -230,8 +230,10 @@ def _reason(raw: Mapping[str, Any]) -> str:
 
 
 def _state_and_flags(state: object, flags: object) -> tuple[str, frozenset[str]]:
-    """(base, flags) from ``"idle"`` + ``["DRAIN"]`` (22.05) or ``["IDLE", "DRAIN"]`` (23.02+)."""
-    items = [str(s).upper() for s in state] if isinstance(state, list) else [str(state).upper()]
+    """(base, flags) from ``"idle"`` + ``["DRAIN"]`` (22.05), ``["IDLE", "DRAIN"]`` (23.02+) or
+    scontrol's ``"IDLE+DRAIN"``."""
+    items = [str(s).upper() for s in state] if isinstance(state, list) else str(state).split("+")
+    items = [item.strip().upper() for item in items if item.strip()]
     extra = {str(f).upper() for f in flags} if isinstance(flags, list) else set()
     base = items[0] if items else "UNKNOWN"
     return base, frozenset(items[1:]) | extra

@@ -219,6 +219,28 @@ def test_a_node_state_list_is_read_as_base_and_flags() -> None:
     assert (node.state, node.gpus) == (NodeState.DRAINING, 8)
 
 
+@pytest.mark.parametrize(
+    ("state", "flags", "expected"),
+    [
+        ("idle", [], NodeState.IDLE),
+        ("mixed", ["DRAIN"], NodeState.DRAINING),
+        ("idle", ["COMPLETING"], NodeState.COMPLETING),
+        ("IDLE+DRAIN", None, NodeState.DRAINED),
+        ("ALLOCATED+DRAIN", None, NodeState.DRAINING),
+        ("DOWN+DRAIN+NOT_RESPONDING", None, NodeState.DOWN),
+        ("idle", ["FAIL"], NodeState.DRAINED),
+        ("future", [], NodeState.UNKNOWN),
+        ("unknown", ["DRAIN", "INVALID_REG"], NodeState.DRAINED),
+    ],
+)
+def test_node_base_states_and_flags_combine_as_sinfo_shows_them(
+    state: str, flags: list[str] | None, expected: NodeState
+) -> None:
+    (node,) = nodes_from_document({"nodes": [{"name": "n1", "state": state, "state_flags": flags}]})
+
+    assert node.state == expected
+
+
 def test_an_exit_code_object_with_a_signal_is_decoded() -> None:
     value = {"status": ["SIGNALED"], "return_code": number(0), "signal": {"id": number(9)}}
 
