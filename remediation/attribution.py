@@ -50,7 +50,9 @@ def attribute(
 ) -> Attribution:
     """The incident to decide on: hosts limited to the attempt's nodes, with the scheduler's word
     on a node failure, and a paragraph saying what happened, on which evidence and how sure."""
-    nodes = set(attempt_nodes)
+    # Before the scheduler has reported where the attempt ran (it can fail within a second of
+    # starting), the evidence's own hosts stand; once it has, only the attempt's nodes count.
+    nodes = set(attempt_nodes) or set(anomaly.hosts)
     hosts = tuple(sorted(h for h in anomaly.hosts if h in nodes))
     outside = tuple(sorted(h for h in anomaly.hosts if h not in nodes))
     label, attribution = anomaly.confidence_label, anomaly.attribution

@@ -61,3 +61,7 @@ def test_two_down_nodes_leave_the_failure_unattributed() -> None:
     result = attribute(node_fail, ["n1", "n2"], unhealthy_nodes=["n1", "n2"])
     assert result.incident.hosts == ()
     assert "reports n1, n2 unhealthy, but nothing ties one node" in result.explanation
+
+
+def test_before_the_scheduler_reports_the_nodes_the_evidence_hosts_stand() -> None:
+    assert attribute(XID, []).incident.hosts == ("n2",)
