@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 FAILING_ON_NODE2 = """\
 srun --label --kill-on-bad-exit=1 bash -c '
 if [ "$SLURMD_NODENAME" = node2 ] && [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
-  echo "$SLURMD_NODENAME: NVRM: Xid (PCI:0000:3b:00): 79, pid=$$, name=python, GPU has fallen off the bus."
+  echo "$SLURMD_NODENAME: NVRM: Xid (PCI:0000:3b:00): 79, pid=$$, name=python, \
+GPU has fallen off the bus."
   echo "[rank$SLURM_PROCID]: RuntimeError: CUDA error: unspecified launch failure"
   exit 1
 fi
