@@ -1,7 +1,7 @@
 """The watchdog fails open: a job requeue-held for a decision is released after the hold
 timeout when the controller died before releasing it."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
