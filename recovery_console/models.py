@@ -430,3 +430,27 @@ def _is_email(address: str) -> bool:
     except ValidationError:
         return False
     return True
+
+
+def _notify_on_audit_entry(sender: type[AuditEntry], instance: AuditEntry, **kwargs: Any) -> None:
+    # Imported late: notifications imports this module. Notifications hang off the audit trail
+    # so that the loop's services need not know about them.
+    from .notifications import on_audit_entry
+
+    on_audit_entry(instance, bool(kwargs.get("created")))
+
+
+models.signals.post_save.connect(
+    _notify_on_audit_entry, sender=AuditEntry, dispatch_uid="recovery_console.notifications"
+)
+
+
+def _sync_role_groups(sender: Any, **kwargs: Any) -> None:
+    # After every migrate (and every flush of a test database): the roles' groups exist.
+    if getattr(sender, "label", None) == "recovery_console":
+        from .roles import sync_role_groups
+
+        sync_role_groups()
+
+
+models.signals.post_migrate.connect(_sync_role_groups, dispatch_uid="recovery_console.roles")

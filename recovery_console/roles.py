@@ -47,9 +47,62 @@ IMPLIED: dict[str, frozenset[str]] = {
 
 _CACHE = "_recovery_console_roles"
 
+# The model permissions each group carries, by app (for the admin and ``user.has_perm``; the
+# console itself checks roles). Every role reads; admin holds every permission of these apps.
+APPS = ("recovery_console", "detection", "remediation")
+READ_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    "recovery_console": (
+        "view_cluster",
+        "view_workload",
+        "view_attempt",
+        "view_node",
+        "view_auditentry",
+        "view_review",
+        "view_modechangerequest",
+        "view_notificationchannel",
+    ),
+    "detection": ("view_anomaly", "view_sourcecursor", "view_detectionsettings"),
+    "remediation": ("view_advice", "view_nodehealth", "view_milestone"),
+}
+ROLE_PERMISSIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    VIEWER: {},
+    OPERATOR: {
+        "recovery_console": ("change_cluster", "add_modechangerequest", "return_to_monitor"),
+        "detection": ("change_detectionsettings",),
+        "remediation": ("change_nodehealth",),
+    },
+    REVIEWER: {"recovery_console": ("add_review", "change_review")},
+    APPROVER: {"recovery_console": ("approve_modechangerequest",)},
+}
+
 
 class UnknownRole(ValueError):
     """A role name that is not one of ``ROLES`` (a typo would otherwise deny silently)."""
+
+
+def sync_role_groups() -> None:
+    """Create the role groups and give them their permissions; idempotent. A migration does
+    it first; ``post_migrate`` does it again, so a flushed or damaged database is repaired."""
+    from django.apps import apps
+    from django.contrib.auth.management import create_permissions
+    from django.contrib.auth.models import Group, Permission
+
+    for label in APPS:
+        create_permissions(apps.get_app_config(label), verbosity=0)
+
+    def permissions(grants: dict[str, tuple[str, ...]]) -> list[Permission]:
+        found: list[Permission] = []
+        for label, codenames in grants.items():
+            found += Permission.objects.filter(
+                content_type__app_label=label, codename__in=codenames
+            )
+        return found
+
+    for role, extra in ROLE_PERMISSIONS.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        group.permissions.add(*permissions(READ_PERMISSIONS), *permissions(extra))
+    admin, _ = Group.objects.get_or_create(name=ADMIN)
+    admin.permissions.add(*Permission.objects.filter(content_type__app_label__in=APPS))
 
 
 def roles_of(user: Any) -> frozenset[str]:

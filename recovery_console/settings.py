@@ -91,6 +91,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -193,8 +194,15 @@ if DETECTION_POLL_SECONDS <= 0:
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # People: a personal token (``Token <key>``) for REST clients, or the browser's session
+    # (with CSRF). Controllers authenticate with their own ``Bearer`` tokens in the Advisor API.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "DEFAULT_PAGINATION_CLASS": "recovery_console.api.pagination.Cursor",
     "PAGE_SIZE": 100,
 }
 SPECTACULAR_SETTINGS = {
@@ -205,7 +213,43 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Several models have a ``state`` or ``status``; name each enum after what it belongs to.
+    "ENUM_NAME_OVERRIDES": {
+        "WorkloadStateEnum": "recovery_console.models.WorkloadState",
+        "AttemptStateEnum": "recovery_console.models.JOB_STATE_CHOICES",
+        "NodeStateEnum": "recovery_console.models.NODE_STATE_CHOICES",
+        "AdviceStateEnum": "remediation.models.AdviceState",
+        "AdviceActionEnum": "remediation.models.AdviceAction",
+        "AnomalyStateEnum": "detection.models.AnomalyState",
+        "NodeHealthStateEnum": "remediation.models.NodeHealthState",
+        "ModeRequestStatusEnum": "recovery_console.models.ModeRequestStatus",
+    },
 }
+
+# Notifications (webhooks and email). Email goes to the console by default; set EMAIL_BACKEND
+# to django.core.mail.backends.smtp.EmailBackend and the EMAIL_* variables to send it.
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env.str("EMAIL_HOST", default="localhost")
+EMAIL_PORT = env.int("EMAIL_PORT", default=25)
+EMAIL_HOST_USER = env.str("EMAIL_HOST_USER", default="")
+EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD", default="")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", default=False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL cannot both be true")
+EMAIL_TIMEOUT = env.int("EMAIL_TIMEOUT", default=10)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="recovery-console@localhost")
+NOTIFICATION_TIMEOUT_SECONDS = env.float("NOTIFICATION_TIMEOUT_SECONDS", default=5.0)
+# Retries back off exponentially from this (with jitter), up to 10 minutes apart.
+NOTIFICATION_RETRY_BASE_SECONDS = env.float("NOTIFICATION_RETRY_BASE_SECONDS", default=1.0)
+# Links in notifications point here (e.g. https://console.example.org); empty: no links.
+CONSOLE_BASE_URL = env.str("CONSOLE_BASE_URL", default="").rstrip("/")
+# With tasks run in-process (embedded), deliveries go to a background thread so a slow webhook
+# never holds up the loop; with a Celery worker they are queued.
+NOTIFY_IN_BACKGROUND_THREAD = env_bool(
+    "NOTIFY_IN_BACKGROUND_THREAD", default=CELERY_TASK_ALWAYS_EAGER
+)
 
 LOGGING = {
     "version": 1,

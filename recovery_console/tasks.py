@@ -14,7 +14,7 @@ from detection import services as detection
 from detection.telemetry import snapshot_from_json
 from remediation import services as remediation
 
-from . import services
+from . import notifications, services
 from .models import Cluster
 
 
@@ -46,3 +46,22 @@ def record_snapshot(cluster_id: int, snapshot: dict[str, Any], actor: str) -> st
         f"{cluster.name}: {result.new_attempts} new attempts, "
         f"{result.changed_attempts} changed, {result.changed_nodes} nodes changed"
     )
+
+
+@shared_task
+def notify(entry_id: int) -> str:
+    """Fan one audit entry out to its cluster's notification channels."""
+    return f"{notifications.fan_out(entry_id)} notifications enqueued"
+
+
+@shared_task(
+    autoretry_for=(notifications.DeliveryFailed,),
+    retry_backoff=True,
+    retry_backoff_max=notifications.BACKOFF_MAX_SECONDS,
+    retry_jitter=True,
+    max_retries=notifications.MAX_ATTEMPTS - 1,
+    acks_late=True,
+)
+def deliver_notification(channel_id: int, entry_id: int, event: str) -> str:
+    """Send one notification; a failure worth retrying is retried with backoff."""
+    return notifications.deliver(channel_id, entry_id, event)

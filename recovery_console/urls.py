@@ -44,4 +44,5 @@ urlpatterns = [
     path("api/v1/advisor/", include("remediation.advisor.urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/v1/", include("recovery_console.api.urls")),
 ]

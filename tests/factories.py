@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group
 
 from detection.models import Anomaly
 from detection.telemetry import JobRecord, JobState
-from recovery_console.models import Attempt, Cluster, Workload
+from recovery_console.models import Attempt, Cluster, Node, Workload
 from remediation.models import Advice
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -47,7 +47,7 @@ class UserFactory(factory.django.DjangoModelFactory):
 
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.org")
-    password = factory.django.Password("demo-password")
+    password = factory.django.Password(None)  # unusable: tests log in with force_login
 
     @factory.post_generation
     def roles(self, create, extracted, **kwargs):
@@ -122,3 +122,15 @@ class AdviceFactory(factory.django.DjangoModelFactory):
     state = "proposed"
     decided_at = T0 + timedelta(seconds=5)
     updated_at = T0 + timedelta(seconds=5)
+
+
+class NodeFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Node
+
+    cluster = factory.SubFactory(ClusterFactory)
+    name = factory.Sequence(lambda n: f"n{n}")
+    state = "IDLE"
+    gpus = 8
+    partitions = ["gpu"]
+    updated_at = T0

@@ -146,3 +146,11 @@ def test_seed_demo_creates_no_known_password_with_debug_off(settings) -> None:
     call_command("seed_demo", stdout=out)
     assert "no demo users created" in out.getvalue()
     assert not get_user_model().objects.exists()
+
+
+def test_syncing_repairs_a_deleted_group_and_a_removed_permission() -> None:
+    Group.objects.filter(name="approver").delete()
+    Group.objects.get(name="operator").permissions.clear()
+    roles.sync_role_groups()
+    assert "approve_modechangerequest" in codenames("approver")
+    assert "change_cluster" in codenames("operator")

@@ -1,0 +1,357 @@
+"""Notifications: a real HTTP server on 127.0.0.1 receives the webhooks, Django's locmem backend
+the email. They are driven by the loop's own services through the audit trail."""
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+from django.core import mail
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from rest_framework.test import APIClient
+
+from detection.telemetry import ClusterSnapshot, NodeRecord, NodeState
+from recovery_console import notifications, reviews, services
+from recovery_console.celery import app
+from recovery_console.models import AuditEntry, Cluster, ClusterMode, NotificationChannel
+from remediation import services as remediation
+from remediation.models import Advice
+from tests.factories import UserFactory
+from tests.remediation.conftest import anomaly_on, running_attempt
+
+pytestmark = pytest.mark.django_db
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+class Receiver:
+    """A webhook receiver: answers with the queued statuses (then 200) and keeps each body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        self.headers: list[dict] = []
+        self.statuses: list[int] = []
+        self.delay = 0.0
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.bodies.append(json.loads(body))
+                receiver.headers.append(dict(self.headers))
+                time.sleep(receiver.delay)
+                status = receiver.statuses.pop(0) if receiver.statuses else 200
+                self.send_response(status)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/T000/B000/secret"
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while len(self.bodies) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.bodies
+
+
+@pytest.fixture(autouse=True)
+def no_waiting_between_retries(settings) -> None:
+    settings.NOTIFICATION_RETRY_BASE_SECONDS = 0
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    receiver = Receiver()
+    thread = threading.Thread(target=receiver.server.serve_forever, daemon=True)
+    thread.start()
+    yield receiver
+    receiver.server.shutdown()
+    receiver.server.server_close()
+
+
+@pytest.fixture
+def admin():
+    return UserFactory(username="root", roles=["admin"])
+
+
+@pytest.fixture
+def cluster():
+    """A cluster whose policy stops at the first failure, and twenty nodes."""
+    cluster = services.create_cluster(
+        "user:root", "research", policy={"max_restarts_per_workload": 0}
+    )
+    nodes = tuple(NodeRecord(f"n{i}", NodeState.ALLOCATED, gpus=8) for i in range(1, 21))
+    services.record_snapshot("test", cluster, ClusterSnapshot(T0, (), nodes))
+    return cluster
+
+
+def webhook(admin, cluster, receiver, events=None) -> NotificationChannel:
+    return notifications.add_channel(
+        admin, cluster=cluster, kind="webhook", target=receiver.url, events=events
+    )
+
+
+def stop_advice(cluster, on_commit=None) -> Advice:
+    """Advise on a failure; with ``on_commit`` (the capture fixture), what waits for the commit
+    runs as if it committed."""
+    anomaly_on(running_attempt(cluster))
+    if on_commit is None:
+        remediation.advise_cluster(cluster, T0)
+    else:
+        with on_commit(execute=True):
+            remediation.advise_cluster(cluster, T0)
+    return Advice.objects.get()
+
+
+def test_a_stop_advice_reaches_the_webhook_as_json_with_slack_text(
+    admin, cluster, receiver, django_capture_on_commit_callbacks
+) -> None:
+    webhook(admin, cluster, receiver)
+    advice = stop_advice(cluster, django_capture_on_commit_callbacks)
+    assert advice.action == "stop"
+    [body] = receiver.bodies  # one message, though the advice also waits for review
+    assert body["event"] == "stop"
+    assert body["text"] == (
+        "[research] Stop advised for job 100 attempt 0 of llama (gpu_hardware):"
+        " the workload has used its 0 restarts"
+    )
+    assert (body["cluster"], body["verb"], body["actor"]) == (
+        "research",
+        "advice.proposed",
+        "system:remediation",
+    )
+    assert body["object"] == {"type": "advice", "id": str(advice.pk)}
+    assert (body["workload"], body["attempt"]) == (advice.workload_id, advice.attempt_id)
+    assert body["payload"]["action"] == "stop"
+    assert receiver.headers[0]["Content-Type"] == "application/json"
+
+
+def test_advice_waiting_for_review_goes_to_channels_that_want_it(
+    admin, cluster, receiver, django_capture_on_commit_callbacks
+) -> None:
+    cluster = services.update_cluster_settings("user:root", cluster, policy={})
+    webhook(admin, cluster, receiver, events=["review_needed"])
+    webhook(admin, cluster, receiver, events=["stop", "drain"])
+    anomaly_on(running_attempt(cluster))
+    with django_capture_on_commit_callbacks(execute=True):
+        remediation.advise_cluster(cluster, T0)
+    [body] = receiver.bodies
+    assert body["event"] == "review_needed"
+    assert body["text"] == (
+        "[research] Advice waiting for review: restart_excluding_node for job 100 attempt 0"
+        " of llama (gpu_hardware, established)"
+    )
+
+
+def test_a_drain_is_announced(admin, cluster, receiver, django_capture_on_commit_callbacks) -> None:
+    advice = stop_advice(cluster)
+    webhook(admin, cluster, receiver, events=["drain"])
+    controller = remediation.issue_controller_token("user:root", cluster, "c1").token
+    with django_capture_on_commit_callbacks(execute=True):
+        remediation.record_milestone(
+            controller, advice.pk, "k1", "drain_node", T0, {"node": "n2", "reason": "3 strikes"}
+        )
+    [body] = receiver.bodies
+    assert body["event"] == "drain"
+    assert body["text"] == "[research] Node n2 drained by controller:research/c1: 3 strikes"
+
+
+def test_a_mode_change_is_emailed(
+    admin, cluster, settings, django_capture_on_commit_callbacks
+) -> None:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    notifications.add_channel(
+        admin, cluster=cluster, kind="email", target="oncall@example.org, lead@example.org"
+    )
+    Cluster.objects.filter(pk=cluster.pk).update(mode=ClusterMode.ACTION)
+    alice = UserFactory(username="alice", roles=["operator"])
+    with django_capture_on_commit_callbacks(execute=True):
+        reviews.back_to_monitor(alice, cluster, "canary misbehaved")
+    [message] = mail.outbox
+    assert message.to == ["oncall@example.org", "lead@example.org"]
+    assert message.subject == (
+        "Recovery Console: [research] Mode changed from action to monitor by user:alice"
+        " (canary misbehaved)"
+    )
+    assert '"reason": "canary misbehaved"' in message.body
+
+
+def test_a_failed_delivery_is_retried_until_it_gets_through(
+    admin, cluster, receiver, django_capture_on_commit_callbacks
+) -> None:
+    receiver.statuses = [503, 502]
+    webhook(admin, cluster, receiver)
+    stop_advice(cluster, django_capture_on_commit_callbacks)
+    assert len(receiver.bodies) == 3
+    assert len({b["id"] for b in receiver.bodies}) == 1  # a receiver can drop the duplicates
+
+
+def test_a_webhook_that_refuses_is_not_retried(
+    admin, cluster, receiver, django_capture_on_commit_callbacks
+) -> None:
+    receiver.statuses = [404]
+    webhook(admin, cluster, receiver)
+    stop_advice(cluster, django_capture_on_commit_callbacks)
+    assert len(receiver.bodies) == 1
+
+
+def test_a_dead_webhook_never_fails_the_change_that_set_it_off(
+    admin, cluster, django_capture_on_commit_callbacks, caplog
+) -> None:
+    notifications.add_channel(
+        admin, cluster=cluster, kind="webhook", target="http://127.0.0.1:9/nobody-listens"
+    )
+    advice = stop_advice(cluster, django_capture_on_commit_callbacks)
+    assert advice.action == "stop"
+    assert "failed" in caplog.text
+
+
+def test_disabled_channels_and_other_clusters_hear_nothing(
+    admin, cluster, receiver, django_capture_on_commit_callbacks
+) -> None:
+    other = services.create_cluster("user:root", "other")
+    notifications.add_channel(admin, cluster=other, kind="webhook", target=receiver.url)
+    notifications.add_channel(
+        admin, cluster=cluster, kind="webhook", target=receiver.url, enabled=False
+    )
+    stop_advice(cluster, django_capture_on_commit_callbacks)
+    assert receiver.bodies == []
+
+
+def test_nothing_is_sent_for_a_change_that_rolled_back(
+    admin, cluster, receiver, django_capture_on_commit_callbacks
+) -> None:
+    webhook(admin, cluster, receiver)
+    Cluster.objects.filter(pk=cluster.pk).update(mode=ClusterMode.ACTION)
+    alice = UserFactory(username="alice", roles=["operator"])
+    with django_capture_on_commit_callbacks(execute=True):
+        try:
+            with transaction.atomic():
+                reviews.back_to_monitor(alice, cluster, "oops")
+                raise RuntimeError("the rest of the change failed")
+        except RuntimeError:
+            pass
+    assert receiver.bodies == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_loop_does_not_wait_for_a_slow_webhook(receiver, settings) -> None:
+    settings.NOTIFY_IN_BACKGROUND_THREAD = True  # as in the embedded console
+    receiver.delay = 1.5
+    admin = UserFactory(username="root", roles=["admin"])
+    cluster = services.create_cluster("user:root", "research")
+    webhook(admin, cluster, receiver, events=["mode_change"])
+    Cluster.objects.filter(pk=cluster.pk).update(mode=ClusterMode.ACTION)
+    alice = UserFactory(username="alice", roles=["operator"])
+    started = time.monotonic()
+    reviews.back_to_monitor(alice, cluster, "now")
+    assert time.monotonic() - started < 1.0
+    [body] = receiver.wait_for(1)
+    assert body["event"] == "mode_change"
+
+
+# --- channels --------------------------------------------------------------------------------
+
+
+def test_a_channel_is_validated(admin, cluster) -> None:
+    with pytest.raises(ValidationError) as bad_url:
+        notifications.add_channel(admin, cluster=cluster, kind="webhook", target="ftp://x")
+    assert bad_url.value.message_dict == {"target": ["a webhook needs an http:// or https:// URL"]}
+    with pytest.raises(ValidationError) as bad_mail:
+        notifications.add_channel(admin, cluster=cluster, kind="email", target="ops, a@b.org")
+    assert bad_mail.value.message_dict == {"target": ["not an email address: ops"]}
+    with pytest.raises(ValidationError) as bad_event:
+        notifications.add_channel(
+            admin, cluster=cluster, kind="email", target="a@b.org", events=["fire"]
+        )
+    assert "events" in bad_event.value.message_dict
+
+
+def test_managing_channels_needs_the_admin_role_and_is_audited_without_secrets(
+    admin, cluster, receiver
+) -> None:
+    with pytest.raises(reviews.RoleMissing):
+        notifications.add_channel(
+            UserFactory(username="olga", roles=["operator"]),
+            cluster=cluster,
+            kind="webhook",
+            target=receiver.url,
+        )
+    channel = webhook(admin, cluster, receiver)
+    notifications.change_channel(admin, channel, enabled=False)
+    notifications.remove_channel(admin, channel)
+    entries = AuditEntry.objects.filter(verb__startswith="notification_channel.")
+    assert [e.verb for e in entries] == [
+        "notification_channel.added",
+        "notification_channel.changed",
+        "notification_channel.removed",
+    ]
+    assert all("secret" not in json.dumps(e.payload) for e in entries)
+    assert entries[0].payload["target"] == f"http://127.0.0.1:{receiver.server.server_port}/…"
+
+
+def test_admins_manage_channels_through_the_api(admin, cluster, receiver) -> None:
+    client = APIClient()
+    client.force_login(admin)
+    created = client.post(
+        "/api/v1/notification-channels/",
+        {"cluster": "research", "kind": "webhook", "target": receiver.url, "events": ["stop"]},
+        format="json",
+    )
+    assert created.status_code == 201
+    body = created.json()
+    assert (body["cluster"], body["kind"], body["events"], body["enabled"]) == (
+        "research",
+        "webhook",
+        ["stop"],
+        True,
+    )
+    changed = client.patch(
+        f"/api/v1/notification-channels/{body['id']}/", {"enabled": False}, format="json"
+    )
+    assert (changed.status_code, changed.json()["enabled"]) == (200, False)
+    operator = APIClient()
+    operator.force_login(UserFactory(username="olga", roles=["operator"]))
+    refused = operator.delete(f"/api/v1/notification-channels/{body['id']}/")
+    assert refused.status_code == 403
+    assert refused.json() == {"detail": "this needs the admin role"}
+    assert client.delete(f"/api/v1/notification-channels/{body['id']}/").status_code == 204
+    assert not NotificationChannel.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_retries_a_failed_webhook_with_backoff(receiver, settings) -> None:
+    assert settings.CELERY_BROKER_URL.startswith("redis://"), "run with REDIS_URL (make test)"
+    receiver.statuses = [503]
+    admin = UserFactory(username="root", roles=["admin"])
+    cluster = services.create_cluster("user:root", "research")
+    webhook(admin, cluster, receiver, events=["mode_change"])
+    Cluster.objects.filter(pk=cluster.pk).update(mode=ClusterMode.ACTION)
+    alice = UserFactory(username="alice", roles=["operator"])
+    # A queue of its own: another worker on the same Redis (a parallel test) cannot take these.
+    queue = f"notifications-{uuid.uuid4().hex}"
+    routes = {
+        f"recovery_console.tasks.{n}": {"queue": queue} for n in ("notify", "deliver_notification")
+    }
+    app.conf.task_routes, app.conf.task_always_eager = routes, False
+    app.amqp.flush_routes()
+    try:
+        with start_worker(
+            app, pool="solo", perform_ping_check=False, shutdown_timeout=10, queues=[queue]
+        ):
+            reviews.back_to_monitor(alice, cluster, "through the broker")
+            bodies = receiver.wait_for(2, timeout=30)
+    finally:
+        app.conf.task_routes = None
+        app.amqp.flush_routes()
+    assert [b["event"] for b in bodies] == ["mode_change", "mode_change"]
+    assert bodies[0]["id"] == bodies[1]["id"]
