@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -131,3 +131,27 @@ def test_in_monitor_mode_the_advice_is_published_and_slurm_is_untouched(
     assert not Milestone.objects.exists()
     raw = next(j for j in slurm_lab.squeue() if str(j["job_id"]) == job_id)
     assert (raw["job_state"], raw["restart_cnt"]) == ("FAILED", 0)
+
+
+def test_the_watchdog_releases_a_job_left_held_by_a_dead_controller(
+    slurm_lab: SlurmLab, slurm_client: SlurmClient, tmp_path
+) -> None:
+    from remediation.controller.watchdog import Watchdog
+
+    slurm_lab.reset()
+    job_id = slurm_lab.submit_job(nodes=2, sleep=300)
+    running = lambda: getattr(slurm_client.job(job_id), "state", None) == "RUNNING"  # noqa: E731
+    loop_until(running, lambda: None, timeout=30)
+    slurm_client.requeue_hold(job_id)  # ... and the controller dies before its release
+    held = lambda: getattr(slurm_client.job(job_id), "held", False)  # noqa: E731
+    loop_until(held, lambda: None, timeout=30)
+    clock = [datetime.now(UTC)]
+    watchdog = Watchdog(
+        slurm_client, lambda: clock[0], hold_timeout_s=60, state_path=tmp_path / "w.json"
+    )
+    assert watchdog.cycle() == []
+    clock[0] = clock[0] + timedelta(seconds=61)
+    assert watchdog.cycle() == [job_id]
+    loop_until(running, lambda: None, timeout=30)
+    assert slurm_client.job(job_id).restart_count == 1
+    slurm_lab.reset()
