@@ -251,6 +251,9 @@ NOTIFY_IN_BACKGROUND_THREAD = env_bool(
     "NOTIFY_IN_BACKGROUND_THREAD", default=CELERY_TASK_ALWAYS_EAGER
 )
 
+# /metrics is open unless this is set; then Prometheus sends it as a Bearer token.
+METRICS_TOKEN = env_secret("METRICS_TOKEN", default="")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from . import views
+from .metrics import metrics_view
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -45,4 +46,5 @@ urlpatterns = [
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/v1/", include("recovery_console.api.urls")),
+    path("metrics", metrics_view, name="metrics"),
 ]
