@@ -1,7 +1,7 @@
 """Values the simulator hands out besides telemetry: injected faults, progress, scheduler errors.
 
-The taxonomy enums mirror DESIGN.md section 3 word for word, so ground truth can be compared
-with what the detectors and ``diagnose`` report without any mapping.
+The taxonomy is detection's own (DESIGN.md section 3), so ground truth compares with what the
+detectors and ``diagnose`` report without any mapping.
 """
 
 from __future__ import annotations
@@ -10,6 +10,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+# Re-exported: the simulator's modules take the taxonomy from here.
+from detection.constants import Attribution as Attribution
+from detection.constants import Category as Category
+
 
 class FaultKind(StrEnum):
     """How an interruption shows itself."""
@@ -17,32 +21,6 @@ class FaultKind(StrEnum):
     CRASH = "crash"
     HANG = "hang"
     STRAGGLER = "straggler"
-
-
-class Category(StrEnum):
-    """What failed (DESIGN.md section 3)."""
-
-    GPU_HARDWARE = "gpu_hardware"
-    NCCL_TIMEOUT_HANG = "nccl_timeout_hang"
-    INTERCONNECT_NETWORK = "interconnect_network"
-    CUDA_OOM = "cuda_oom"
-    APPLICATION_ERROR = "application_error"
-    FILESYSTEM_IO = "filesystem_io"
-    NODE_OR_PROCESS_FAILURE = "node_or_process_failure"
-    NUMERICAL_DIVERGENCE = "numerical_divergence"
-    STRAGGLER = "straggler"
-    BENIGN = "benign"
-
-
-class Attribution(StrEnum):
-    """Who is to blame (DESIGN.md section 3)."""
-
-    HARDWARE = "hardware"
-    INTERCONNECT = "interconnect"
-    SYSTEM_SOFTWARE = "system_software"
-    APPLICATION = "application"
-    SCHEDULER = "scheduler"
-    NONE = "none"
 
 
 @dataclass(frozen=True)
