@@ -103,40 +103,10 @@ class Classification:
     unrecoverable: bool = False
 
 
-Details = tuple[tuple[str, str], ...]
-
-
-@dataclass(frozen=True)
-class Refinement:
-    """A refiner's verdict on one line: its classification and how to group it."""
+class Classified:
+    """Shortcuts to a ``classification``'s fields, for signatures and their findings."""
 
     classification: Classification
-    # Lines with the same signature and group key collapse into one finding; None groups by
-    # the normalised message.
-    group_key: str | None = None
-    details: Details = ()
-    # A per-rank value to remember (the NCCL sequence number of a watchdog timeout).
-    rank_value: str | None = None
-
-
-# (default classification, prefix-stripped message, named groups and traceback fields) ->
-# refinement, or None when the line turns out not to be a finding (a benign variant).
-Refiner = Callable[[Classification, str, Mapping[str, str]], Refinement | None]
-
-
-@dataclass(frozen=True)
-class Signature:
-    """One recognisable log line: an RE2 pattern and what a match means."""
-
-    name: str
-    pattern: str
-    classification: Classification
-    regex: Regex = field(compare=False, repr=False)
-    description: str = ""
-    builtin: bool = True
-    refine: Refiner | None = field(default=None, compare=False, repr=False)
-    # Internal signatures feed the traceback assembler and never become findings themselves.
-    internal: bool = False
 
     @property
     def kind(self) -> Kind:
@@ -161,6 +131,42 @@ class Signature:
     @property
     def severity(self) -> Severity:
         return self.classification.severity
+
+
+Details = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Refinement:
+    """A refiner's verdict on one line: its classification and how to group it."""
+
+    classification: Classification
+    # Lines with the same signature and group key collapse into one finding; None groups by
+    # the normalised message.
+    group_key: str | None = None
+    details: Details = ()
+    # A per-rank value to remember (the NCCL sequence number of a watchdog timeout).
+    rank_value: str | None = None
+
+
+# (default classification, prefix-stripped message, named groups and traceback fields) ->
+# refinement, or None when the line turns out not to be a finding (a benign variant).
+Refiner = Callable[[Classification, str, Mapping[str, str]], Refinement | None]
+
+
+@dataclass(frozen=True)
+class Signature(Classified):
+    """One recognisable log line: an RE2 pattern and what a match means."""
+
+    name: str
+    pattern: str
+    classification: Classification
+    regex: Regex = field(compare=False, repr=False)
+    description: str = ""
+    builtin: bool = True
+    refine: Refiner | None = field(default=None, compare=False, repr=False)
+    # Internal signatures feed the traceback assembler and never become findings themselves.
+    internal: bool = False
 
 
 class InvalidSignature(ValueError):
@@ -206,7 +212,7 @@ class LineHit:
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(Classified):
     """Repeats of one line (same signature, same normalised message) grouped together.
 
     A flood of one Xid or the same watchdog line on 512 ranks is one finding with a count, the
@@ -233,30 +239,6 @@ class Finding:
     description: str = ""
     # The first occurrence without its launcher/timestamp prefixes.
     message: str = ""
-
-    @property
-    def kind(self) -> Kind:
-        return self.classification.kind
-
-    @property
-    def category(self) -> Category:
-        return self.classification.category
-
-    @property
-    def attribution(self) -> Attribution:
-        return self.classification.attribution
-
-    @property
-    def role(self) -> Role:
-        return self.classification.role
-
-    @property
-    def implicates_node(self) -> bool:
-        return self.classification.implicates_node
-
-    @property
-    def severity(self) -> Severity:
-        return self.classification.severity
 
     def detail(self, key: str) -> str | None:
         for name, value in self.details:
