@@ -1,0 +1,190 @@
+"""The console in a real headless Chromium: the review queue from the keyboard, the mode
+approval workflow, a live anomaly on an open page and the audit trail's export."""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from detection.services import ScanSummary, record_interruption
+from detection.telemetry import ClusterSnapshot, NodeRecord, NodeState
+from recovery_console import reviews, services
+from recovery_console.models import Attempt, Cluster, ClusterMode, ModeChangeRequest, Review
+from remediation.models import Advice
+from tests.factories import AdviceFactory, JobRecordFactory, WorkloadFactory
+
+from .support import PASSWORD, ConsoleBrowserTestCase
+
+pytestmark = pytest.mark.browser
+
+
+def research_cluster(**policy: object) -> Cluster:
+    return services.create_cluster("user:admin", "research", policy=dict(policy))
+
+
+def advice_on(cluster: Cluster, count: int) -> list[Advice]:
+    workload = WorkloadFactory(cluster=cluster, key="llama-70b")
+    return [AdviceFactory(anomaly__attempt__workload=workload) for _ in range(count)]
+
+
+class ReviewQueueTests(ConsoleBrowserTestCase):
+    def test_a_reviewer_labels_advice_from_the_queue_with_the_keyboard(self) -> None:
+        cluster = research_cluster()
+        advice_on(cluster, 3)
+        self.person("rita", "reviewer", password=PASSWORD)
+        self.log_in_with_the_form("rita", PASSWORD)
+        self.open("/reviews/")
+        order = [item.get_attribute("data-advice") for item in self.finds(".item")]
+        first, second, third = (int(pk) for pk in order)
+        self.assertIn("keyboard", self.find("#keys").text.lower())
+        self.wait_until(lambda: self.finds(".item.selected"), "the first advice to be selected")
+
+        self.press("a")  # agree with the first
+        self.wait_until(lambda: Review.objects.filter(advice_id=first).exists(), "label 1")
+        self.press("d", "3")  # disagree with the second: I would have stopped it
+        self.wait_until(lambda: Review.objects.filter(advice_id=second).exists(), "label 2")
+        self.press("c", "the Xid is on another node", "\n", "a")  # comment, then agree
+        self.wait_until(lambda: Review.objects.filter(advice_id=third).exists(), "label 3")
+
+        labels = {r.advice_id: r for r in Review.objects.filter(reviewer__username="rita")}
+        self.assertEqual(labels[first].agrees, True)
+        self.assertEqual((labels[second].agrees, labels[second].preferred_action), (False, "stop"))
+        self.assertEqual(labels[third].comment, "the Xid is on another node")
+        self.wait_until(lambda: self.finds("#queue-empty"), "the queue to be empty")
+        self.assertEqual(self.find("[data-waiting]").text, "0")
+
+
+class ModeApprovalTests(ConsoleBrowserTestCase):
+    def test_an_operator_requests_action_mode_and_a_second_person_approves_it(self) -> None:
+        cluster = research_cluster(approval_min_labelled=2)
+        alice = self.person("alice", "operator", "reviewer")
+        for advice in advice_on(cluster, 2):
+            reviews.label_advice(alice, advice, agrees=True)
+        self.log_in_as(alice)
+        self.open("/clusters/research/mode/")
+        self.assertIn("agreed with 2 of 2", self.text())
+        self.find("#request-form textarea").send_keys("canary partition first")
+        self.find("#request").click()
+        self.wait_until(lambda: "must approve it" in self.text(), "the request to be made")
+        self.assertEqual(ModeChangeRequest.objects.get().note, "canary partition first")
+
+        self.log_in_as(self.person("bob", "approver"))
+        self.open("/clusters/research/mode/")
+        self.assertIn("canary partition first", self.find("#pending-request").text)
+        self.find("#approve").click()
+        self.wait_until(lambda: "is now in action mode" in self.text(), "the approval")
+        self.assertEqual(self.find("#mode-badge").text, "action mode")
+        cluster.refresh_from_db()
+        self.assertEqual(cluster.mode, ClusterMode.ACTION)
+
+        self.log_in_as(alice)
+        self.open("/clusters/research/mode/")
+        self.find("#monitor-form input[name=reason]").send_keys("restarts look wrong")
+        self.find("#to-monitor").click()
+        self.wait_until(lambda: "back in monitor mode" in self.text(), "monitor mode")
+        cluster.refresh_from_db()
+        self.assertEqual(cluster.mode, ClusterMode.MONITOR)
+
+    def test_approval_is_refused_below_the_threshold_and_for_your_own_request(self) -> None:
+        cluster = research_cluster(approval_min_labelled=3)
+        dana = self.person("dana", "operator", "approver", "reviewer")
+        (advice,) = advice_on(cluster, 1)
+        reviews.label_advice(dana, advice, agrees=True)
+        self.log_in_as(dana)
+        self.open("/clusters/research/mode/")
+        self.assertIn("only 1 advices were labelled", self.text())
+        self.find("#request").click()
+        self.wait_until(lambda: self.finds("#approve"), "the approve button")
+        self.assertIn("You asked for this", self.find("#pending-request").text)
+        self.find("#approve").click()
+        self.wait_until(lambda: "Not approved" in self.text(), "the refusal")
+        self.assertIn("you asked for this change yourself", self.find(".messages").text)
+
+        self.log_in_as(self.person("bob", "approver"))
+        self.open("/clusters/research/mode/")
+        self.find("#approve").click()
+        self.wait_until(lambda: "Not approved" in self.text(), "the refusal")
+        refusal = self.find(".messages").text
+        self.assertIn("below the policy's threshold", refusal)
+        self.assertIn("only 1 advices were labelled", refusal)
+        cluster.refresh_from_db()
+        self.assertEqual(cluster.mode, ClusterMode.MONITOR)
+
+
+class LiveUpdateTests(ConsoleBrowserTestCase):
+    def test_a_new_anomaly_appears_on_the_open_workload_page_without_a_reload(self) -> None:
+        cluster = research_cluster()
+        now = timezone.now()
+        nodes = tuple(NodeRecord(f"n{i}", NodeState.ALLOCATED, gpus=8) for i in (1, 2))
+        job = JobRecordFactory(job_id="700", nodes=("n1", "n2"), start_time=now)
+        services.record_snapshot("test", cluster, ClusterSnapshot(now, (job,), nodes))
+        attempt = Attempt.objects.get(cluster=cluster, job_id="700")
+        self.log_in_as(self.person("carol", "viewer"))
+        self.open(f"/workloads/{attempt.workload_id}/")
+        self.assertIn("No anomaly detected", self.find("#attempts-live").text)
+        self.wait_for_live_updates()
+        self.driver.execute_script("window.notReloaded = true")
+
+        with transaction.atomic():
+            anomaly = record_interruption(
+                attempt,
+                now + timedelta(seconds=3),
+                kind="crash",
+                category="gpu_hardware",
+                attribution="hardware",
+                confidence=(0.95, "established"),
+                hosts=["n2"],
+                root_cause="nvrm_xid:n2",
+                summary="Xid 79 on n2: GPU has fallen off the bus",
+                explanation="Xid 79 on n2",
+                evidence=[
+                    {"source": "log", "text": "NVRM: Xid (PCI:0000:3b:00): 79", "host": "n2"}
+                ],
+                first_evidence_at=now,
+                occurrences=1,
+                summary_out=ScanSummary(),
+            )
+
+        row = self.wait_until(
+            lambda: self.finds(f'#attempts-live tr[data-anomaly="{anomaly.pk}"]'),
+            "the anomaly's row",
+        )[0]
+        self.assertIn("GPU has fallen off the bus", row.text)
+        self.assertTrue(self.driver.execute_script("return window.notReloaded === true"))
+        self.wait_until(
+            lambda: int(self.find("#timeline-live").get_attribute("data-refreshed") or 0),
+            "the timeline to be redrawn",
+        )
+
+
+class AuditExportTests(ConsoleBrowserTestCase):
+    def test_the_filtered_audit_trail_is_exported_as_csv_and_json(self) -> None:
+        research_cluster()
+        services.create_cluster("user:admin", "other")
+        self.log_in_as(self.person("carol", "viewer"))
+        self.open("/audit/")
+        self.wait_until(lambda: "Hash chain intact" in self.find("#chain-status").text, "chain")
+        self.find("input[name=actor]").send_keys("user:admin")
+        self.find("select[name=cluster] option[value=research]").click()
+        self.find("form.filters button[type=submit]").click()
+        self.wait_until(lambda: "cluster=research" in self.driver.current_url, "the filter")
+
+        self.find("#export-csv").click()
+        path = self.downloads / "audit-trail.csv"
+        self.wait_until(path.exists, "the CSV download")
+        rows = list(csv.DictReader(path.read_text().splitlines()))
+        self.assertEqual(
+            [(r["actor"], r["verb"]) for r in rows], [("user:admin", "cluster.created")]
+        )
+
+        self.open(
+            self.find("#export-json").get_attribute("href").removeprefix(self.live_server_url)
+        )
+        body = json.loads(self.find("body").text)
+        self.assertEqual([e["verb"] for e in body["results"]], ["cluster.created"])
+        self.assertEqual(body["results"][0]["cluster"], "research")
