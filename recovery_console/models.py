@@ -445,12 +445,15 @@ models.signals.post_save.connect(
 )
 
 
-def _sync_role_groups(sender: Any, **kwargs: Any) -> None:
-    # After every migrate (and every flush of a test database): the roles' groups exist.
+def _after_migrate(sender: Any, **kwargs: Any) -> None:
+    # After every migrate, and every flush of a test database, the rows that migrations seed
+    # exist again: the roles' groups, and the audit chain's head (concurrent first writers
+    # creating it at once can deadlock).
     if getattr(sender, "label", None) == "recovery_console":
         from .roles import sync_role_groups
 
         sync_role_groups()
+        AuditChainHead.objects.get_or_create(pk=1)
 
 
-models.signals.post_migrate.connect(_sync_role_groups, dispatch_uid="recovery_console.roles")
+models.signals.post_migrate.connect(_after_migrate, dispatch_uid="recovery_console.roles")
