@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 import plotly.graph_objects as go
 
@@ -30,6 +30,9 @@ MARKER_STYLES = {
 }
 FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
 TIME_TITLE = "time (UTC)"
+GRID = "#eef1f6"
+PROGRESS_PX = 200
+GAP_PX = 50
 
 
 @dataclass(frozen=True)
@@ -107,10 +110,13 @@ def workload_timeline(timeline: Timeline) -> go.Figure:
     """Throughput and progress on top; below, one row per attempt (a bar coloured by how it
     ended, hover shows its nodes) with its anomalies, advice and milestones as markers."""
     attempts = sorted(timeline.attempts, key=lambda a: a.start)
+    # Progress gets a fixed band on top; the attempts' rows grow with their number.
+    rows_px = 40 + 22 * min(len(attempts), 40)
+    plot_px = PROGRESS_PX + GAP_PX + rows_px
     # Axes laid out by hand: make_subplots costs more than the rest of the figure together.
     fig = go.Figure(
         layout={
-            "height": 300 + 22 * min(len(attempts), 40),
+            "height": plot_px + 70,
             "margin": {"l": 70, "r": 60, "t": 30, "b": 40},
             "font": FONT,
             "barmode": "overlay",
@@ -118,21 +124,31 @@ def workload_timeline(timeline: Timeline) -> go.Figure:
             "legend": {"orientation": "h", "y": 1.08, "x": 0},
             "plot_bgcolor": "#fff",
             "paper_bgcolor": "#fff",
-            "xaxis": {"type": "date", "gridcolor": "#eef1f6", "anchor": "y3", "title": TIME_TITLE},
-            "yaxis": {"domain": [0.62, 1], "title": "TFLOP/s per GPU", "rangemode": "tozero"},
+            # The bare template: plotly's default one adds ~10 kB of JSON to every figure.
+            "template": "none",
+            "xaxis": {"type": "date", "gridcolor": GRID, "anchor": "y3", "title": TIME_TITLE},
+            "yaxis": {
+                "domain": [1 - PROGRESS_PX / plot_px, 1],
+                "title": "TFLOP/s per GPU",
+                "rangemode": "tozero",
+                "gridcolor": GRID,
+            },
             "yaxis2": {
                 "overlaying": "y",
                 "side": "right",
                 "title": "step",
                 "showgrid": False,
                 "rangemode": "tozero",
+                "tickformat": ",d",
             },
             "yaxis3": {
-                "domain": [0, 0.56],
+                "domain": [0, rows_px / plot_px],
                 "type": "category",
                 "categoryorder": "array",
                 "categoryarray": [a.label for a in attempts],
                 "autorange": "reversed",
+                "gridcolor": GRID,
+                "automargin": True,
             },
         }
     )
@@ -260,21 +276,29 @@ def agreement_chart(series: Sequence[AgreementSeries], window: int = 28) -> go.F
     approval threshold as a dashed line."""
     fig = go.Figure(
         layout={
-            "height": 280,
-            "margin": {"l": 60, "r": 60, "t": 20, "b": 40},
+            "height": 300,
+            "margin": {"l": 60, "r": 60, "t": 40, "b": 40},
             "font": FONT,
-            "legend": {"orientation": "h", "y": -0.25},
+            "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0},
             "plot_bgcolor": "#fff",
             "paper_bgcolor": "#fff",
+            # The bare template: plotly's default one adds ~10 kB of JSON to every figure.
+            "template": "none",
             "barmode": "group",
-            "xaxis": {"type": "date", "gridcolor": "#eef1f6"},
-            "yaxis": {"title": "agreement", "tickformat": ".0%", "range": [0, 1.05]},
+            "xaxis": {"type": "date", "gridcolor": GRID},
+            "yaxis": {
+                "title": "agreement",
+                "tickformat": ".0%",
+                "range": [0, 1.05],
+                "gridcolor": GRID,
+            },
             "yaxis2": {
                 "title": "labelled per day",
                 "overlaying": "y",
                 "side": "right",
                 "showgrid": False,
                 "rangemode": "tozero",
+                "tickformat": ",d",
             },
         }
     )
@@ -315,12 +339,12 @@ def agreement_chart(series: Sequence[AgreementSeries], window: int = 28) -> go.F
         )
         fig.add_annotation(
             xref="paper",
-            x=1,
+            x=0,
             yref="y",
             y=threshold,
             text=f"threshold {threshold:.0%}",
             showarrow=False,
-            xanchor="right",
+            xanchor="left",
             yanchor="bottom",
             font={"color": FAILED_COLOUR},
         )
@@ -338,3 +362,16 @@ _JSON_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
 def figure_json(fig: go.Figure) -> str:
     """``fig.to_json()`` made safe inside a <script> element (log text may hold "</script>")."""
     return str(fig.to_json()).translate(_JSON_ESCAPES)
+
+
+def _warm_up() -> None:
+    """Plotly loads its validators on first use (a few hundred milliseconds): pay that when
+    the views are imported, not on the first page someone opens."""
+    at = datetime(2000, 1, 1, tzinfo=UTC)
+    spans = [AttemptSpan("warm-up", "FAILED", ("n1",), at, at, throughput=((at, 1.0),))]
+    markers = [Marker(kind, at, "warm-up", kind) for kind in MARKER_STYLES]
+    figure_json(workload_timeline(Timeline(spans, markers, at)))
+    figure_json(agreement_chart([AgreementSeries("warm-up", [(at.date(), 1, 1)])]))
+
+
+_warm_up()

@@ -48,6 +48,7 @@ def cluster_settings(request: HttpRequest, name: str) -> HttpResponse:
         "form": form,
         "editable": editable,
         "defaults": _defaults(),
+        "telemetry": json.dumps(cluster.telemetry, sort_keys=True),
         "section": "overview",
     }
     return page(request, "console/settings.html", context, status=400 if form.errors else 200)

@@ -15,7 +15,7 @@ from ..forms import LabelForm
 from ..models import Cluster, Review
 from .common import page, reviewer_required, viewer_required, wants_json
 
-QUEUE_LENGTH = 50
+QUEUE_LENGTH = 30
 RECENT_LABELS = 10
 AGREEMENT_DAYS = 28
 

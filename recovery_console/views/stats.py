@@ -17,7 +17,7 @@ from .common import percent, percentiles
 
 # Latency figures are measured over the most recent rows, so a page costs the same on a
 # cluster with years of history.
-LATENCY_SAMPLE = 1000
+LATENCY_SAMPLE = 500
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,9 @@
       var target = document.getElementById(script.dataset.plotly);
       if (!target || !window.Plotly) { return; }
       var figure = JSON.parse(script.textContent);
+      // Responsive plots fill their element: give it the figure's height, or a resize
+      // shrinks the plot to the element's minimum height.
+      if (figure.layout && figure.layout.height) { target.style.height = figure.layout.height + "px"; }
       window.Plotly.react(target, figure.data, figure.layout, CONFIG).then(function () {
         target.dataset.rendered = "1";
       });
