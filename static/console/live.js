@@ -42,6 +42,12 @@
   function schedule(block) {
     if (block._timer) { return; }
     block._timer = setTimeout(function () { block._timer = null; refresh(block); }, DEBOUNCE_MS);
+    // `data-settle` (ms): look once more a little later, for rows that follow the event in a
+    // later transaction (advice is decided just after the anomaly it answers is stored).
+    var settle = Number(block.dataset.settle || 0);
+    if (settle && !block._settle) {
+      block._settle = setTimeout(function () { block._settle = null; refresh(block); }, settle);
+    }
   }
 
   function indicate() {
