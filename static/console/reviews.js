@@ -90,6 +90,7 @@
       }
       return;
     }
+    if (event.key === "f") { toggleSingle(); return; }
     if (event.key === "?") { document.getElementById("keys").hidden = !document.getElementById("keys").hidden; return; }
     if (event.key === "j" || event.key === "ArrowDown") { event.preventDefault(); move(1); return; }
     if (event.key === "k" || event.key === "ArrowUp") { event.preventDefault(); move(-1); return; }
@@ -111,6 +112,15 @@
     if (event.key === "c") { event.preventDefault(); item.querySelector("textarea").focus(); return; }
     if (event.key === "o") { location.href = item.dataset.anomalyUrl; }
   }
+
+  // One at a time: only the selected advice shows (kept across live refreshes).
+  function toggleSingle() {
+    var single = document.body.classList.toggle("review-single");
+    try { localStorage.setItem("reviewSingle", single ? "1" : ""); } catch (e) { /* private mode */ }
+  }
+  try { if (localStorage.getItem("reviewSingle")) { document.body.classList.add("review-single"); } } catch (e) { /* ignore */ }
+  var toggle = document.getElementById("toggle-single");
+  if (toggle) { toggle.addEventListener("click", function (event) { event.preventDefault(); toggleSingle(); }); }
 
   document.addEventListener("keydown", onKey);
   block.addEventListener("click", function (event) {

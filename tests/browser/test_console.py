@@ -44,6 +44,11 @@ class ReviewQueueTests(ConsoleBrowserTestCase):
         self.assertIn("keyboard", self.find("#keys").text.lower())
         self.wait_until(lambda: self.finds(".item.selected"), "the first advice to be selected")
 
+        self.press("f")  # one at a time
+        self.assertEqual(sum(item.is_displayed() for item in self.finds(".item")), 1)
+        self.press("f")  # back to the list
+        self.assertEqual(sum(item.is_displayed() for item in self.finds(".item")), 3)
+
         self.press("a")  # agree with the first
         self.wait_until(lambda: Review.objects.filter(advice_id=first).exists(), "label 1")
         self.press("d", "3")  # disagree with the second: I would have stopped it
