@@ -254,6 +254,12 @@ class AuditEntry(models.Model):
     class Meta:
         ordering: ClassVar = ["sequence"]
         verbose_name_plural = "audit entries"
+        # The trail is filtered by object, actor and cluster on 100,000s of rows.
+        indexes: ClassVar = [
+            models.Index(fields=["object_type", "object_id"]),
+            models.Index(fields=["actor", "sequence"]),
+            models.Index(fields=["cluster", "sequence"]),
+        ]
 
     def __str__(self) -> str:
         return f"#{self.sequence} {self.actor} {self.verb} {self.object_type}:{self.object_id}"

@@ -15,7 +15,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from detection.models import Anomaly, AnomalyState, AttemptMonitor
-from recovery_console import audit
+from recovery_console import audit, events
 from recovery_console.models import Attempt, Cluster, ClusterMode, Node
 
 from .attribution import AnomalyView, attribute
@@ -261,6 +261,7 @@ def _strike(
 
 
 def _audit(advice: Advice, verb: str, payload: dict[str, Any], actor: str = ACTOR) -> None:
+    """Record an advice's step in the trail and tell the pages showing it, after the commit."""
     audit.record(
         actor,
         verb,
@@ -270,6 +271,8 @@ def _audit(advice: Advice, verb: str, payload: dict[str, Any], actor: str = ACTO
         attempt=advice.attempt,
         payload=payload,
     )
+    events.send_cluster_changed(advice.cluster_id, "reviews")
+    events.send_workloads_changed(advice.cluster_id, [advice.workload_id])
 
 
 # --- controllers -----------------------------------------------------------------------------
