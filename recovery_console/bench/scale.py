@@ -1,0 +1,332 @@
+"""Scale: one full detection cycle at thousands of running workloads, and the console's main
+pages over a large audit trail.
+
+The cycle is what runs every poll interval: detection's scan, the advice, and the controller's
+cycle. Recording the scheduler's snapshot (which a real controller posts at the start of its
+cycle) is measured beside it. Each part is timed on the wall clock and its database queries
+counted, and the median of a few cycles is reported. The simulator's own work (advancing,
+scraping its GPUs) is not part of any figure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.db.models import Count
+from django.test import Client
+from django.urls import NoReverseMatch, reverse
+
+from detection.services import scan_cluster
+from detection.telemetry import ClusterSnapshot
+from recovery_console import audit, services
+from recovery_console.models import (
+    Attempt,
+    AuditChainHead,
+    AuditEntry,
+    Cluster,
+    Workload,
+    WorkloadState,
+)
+from recovery_console.simulation import ACTOR as SIMULATOR
+from recovery_console.simulation import SimulationRunner
+from remediation.services import advise_cluster
+
+from .loop import ACTOR, POLL_S, START, simulated_cluster
+from .progress import Tick
+
+# Jobs of 1–4 nodes of 8 GPUs; two and a half nodes per workload leave room for exclusions.
+NODES_PER_JOB = (1, 4)
+NODES_PER_WORKLOAD = 2.5
+# Start-up takes up to 150 s of simulated time; these steps let every workload start.
+WARM_UP_STEPS = (30.0,) * 6
+# One long step leaves a backlog of lines: the scan that reads it gives the ingest rate.
+BACKLOG_S = 120.0
+PART_NAMES = ("snapshot", "scan", "advise", "controller")
+
+
+def nodes_for(workloads: int) -> int:
+    return max(8, math.ceil(workloads * NODES_PER_WORKLOAD))
+
+
+class QueryCounter:
+    """Counts the statements sent to the database. (``CaptureQueriesContext`` keeps at most
+    9,000 queries and counts none once DEBUG's query log is full; a cycle at scale runs more.)"""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, execute: Callable[..., Any], *args: Any) -> Any:
+        self.count += 1
+        return execute(*args)
+
+
+def timed(work: Callable[[], Any]) -> tuple[float, int, Any]:
+    """Wall seconds and database queries of ``work()``, and what it returned."""
+    counter = QueryCounter()
+    with connection.execute_wrapper(counter):
+        started = time.perf_counter()
+        result = work()
+        seconds = time.perf_counter() - started
+    return seconds, counter.count, result
+
+
+def measure_cycle(workloads: int, seed: int, cycles: int, tick: Tick) -> dict[str, Any]:
+    """The median full cycle at ``workloads`` running workloads, and the scan's ingest rate."""
+    nodes = nodes_for(workloads)
+    simulation = {
+        "seed": seed,
+        "nodes": nodes,
+        "workloads": workloads,
+        "nodes_per_job": list(NODES_PER_JOB),
+    }
+    cluster = simulated_cluster("bench-scale", simulation)
+    runner = SimulationRunner(cluster, start=START, in_process=True)
+    controller = runner.controller()
+    sources = runner.sources
+    steps = len(WARM_UP_STEPS) + cycles + 1
+    for n, seconds in enumerate(WARM_UP_STEPS, start=1):
+        runner.step(seconds)
+        tick(n / steps)
+    # The start-up output of every job is read once, before anything is measured.
+    scan_cluster(cluster, runner.now, sources)
+    advise_cluster(cluster, runner.now)
+    controller.cycle()
+    samples: dict[str, list[tuple[float, int]]] = {name: [] for name in PART_NAMES}
+    for n in range(cycles):
+        snapshot = _advance(runner, POLL_S)
+        parts = (
+            ("snapshot", partial(services.record_snapshot, SIMULATOR, cluster, snapshot)),
+            ("scan", lambda: scan_cluster(cluster, runner.now, sources)),
+            ("advise", lambda: advise_cluster(cluster, runner.now)),
+            ("controller", controller.cycle),
+        )
+        for name, work in parts:
+            seconds, queries, _ = timed(work)
+            samples[name].append((seconds, queries))
+        tick((len(WARM_UP_STEPS) + n + 1) / steps)
+    running = sum(1 for job in runner.simulator.snapshot().jobs if job.state == "RUNNING")
+    backlog = _backlog_scan(cluster, runner)
+    tick(1.0)
+    return _cycle_figures(workloads, nodes, running, samples, backlog)
+
+
+def _advance(runner: SimulationRunner, seconds: float) -> ClusterSnapshot:
+    """What ``runner.step`` does but recording the snapshot: the simulator's part."""
+    runner.write_lines(runner.simulator.advance(seconds))
+    runner.write_metrics(runner.simulator.gpu_metrics())
+    return runner.simulator.snapshot()
+
+
+def _backlog_scan(cluster: Cluster, runner: SimulationRunner) -> dict[str, Any]:
+    services.record_snapshot(SIMULATOR, cluster, _advance(runner, BACKLOG_S))
+    seconds, queries, summary = timed(lambda: scan_cluster(cluster, runner.now, runner.sources))
+    return {
+        "simulated_s": BACKLOG_S,
+        "lines": summary.lines,
+        "seconds": round(seconds, 3),
+        "queries": queries,
+        "lines_per_s": round(summary.lines / seconds) if seconds else None,
+    }
+
+
+def _cycle_figures(
+    workloads: int,
+    nodes: int,
+    running: int,
+    samples: dict[str, list[tuple[float, int]]],
+    backlog: dict[str, Any],
+) -> dict[str, Any]:
+    parts = {
+        name: {
+            "seconds": round(statistics.median(s for s, _ in values), 3),
+            "queries": round(statistics.median(q for _, q in values)),
+        }
+        for name, values in samples.items()
+    }
+    cycle_runs = [
+        sum(samples[name][i][0] for name in PART_NAMES if name != "snapshot")
+        for i in range(len(samples["scan"]))
+    ]
+    cycle_queries = [
+        sum(samples[name][i][1] for name in PART_NAMES if name != "snapshot")
+        for i in range(len(samples["scan"]))
+    ]
+    seconds = round(statistics.median(cycle_runs), 3)
+    with_snapshot = seconds + parts["snapshot"]["seconds"]
+    return {
+        "workloads": workloads,
+        "running_attempts": running,
+        "nodes": nodes,
+        "gpus": nodes * 8,
+        "seconds": seconds,
+        "queries": round(statistics.median(cycle_queries)),
+        "cycles_measured": len(cycle_runs),
+        "with_snapshot_seconds": round(with_snapshot, 3),
+        "poll_interval_s": POLL_S,
+        "within_poll_interval": with_snapshot <= POLL_S,
+        "parts": parts,
+        "ingest": backlog,
+    }
+
+
+# --- pages ------------------------------------------------------------------------------------
+
+PAGES = {
+    "overview": ("overview", ()),
+    "workloads": ("workloads", ()),
+    "workload": ("workload", ("workload",)),
+    "cluster": ("cluster", ("cluster",)),
+    "nodes": ("nodes", ("cluster",)),
+    "audit": ("audit", ()),
+    "review_queue": ("review-queue", ()),
+}
+AUDIT_BATCH = 5000
+VERBS = ("attempt.changed", "attempt.observed", "anomaly.detected", "advice.dispatched")
+
+
+def measure_pages(
+    cluster: Cluster, audit_rows: int, workloads: int, repeats: int, tick: Tick
+) -> dict[str, Any]:
+    """Median response time (ms) of the console's main pages with ``audit_rows`` audit entries
+    and ``workloads`` workloads stored (topped up with plain rows), for a signed-in admin."""
+    added_workloads = _top_up_workloads(workloads)
+    tick(0.1)
+    added_audit = _top_up_audit(cluster, audit_rows, lambda f: tick(0.1 + 0.5 * f))
+    client = Client(SERVER_NAME="localhost")
+    user = get_user_model().objects.create_superuser("bench", "bench@example.invalid", None)
+    client.force_login(user)
+    timings: dict[str, float | None] = {}
+    statuses: dict[str, int | None] = {}
+    for n, (page, url) in enumerate(_page_urls(cluster).items(), start=1):
+        timings[page], statuses[page] = _time_page(client, url, repeats)
+        tick(0.6 + 0.4 * n / len(PAGES))
+    return {
+        "pages_ms": timings,
+        "status": statuses,
+        "audit_entries": AuditEntry.objects.count(),
+        "workloads": Workload.objects.count(),
+        "added": {"audit_entries": added_audit, "workloads": added_workloads},
+        "repeats": repeats,
+    }
+
+
+def _page_urls(cluster: Cluster) -> dict[str, str | None]:
+    busiest = (
+        Workload.objects.filter(cluster=cluster)
+        .annotate(attempt_count=Count("attempts"))
+        .order_by("-attempt_count", "pk")
+        .first()
+    )
+    values = {"cluster": cluster.name, "workload": busiest.pk if busiest else 0}
+    urls: dict[str, str | None] = {}
+    for page, (name, args) in PAGES.items():
+        try:
+            urls[page] = reverse(name, args=[values[a] for a in args])
+        except NoReverseMatch:
+            urls[page] = None
+    return urls
+
+
+def _time_page(client: Client, url: str | None, repeats: int) -> tuple[float | None, int | None]:
+    if url is None:
+        return None, None
+    status = client.get(url).status_code  # the first request compiles templates: not timed
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        status = client.get(url).status_code
+        times.append(time.perf_counter() - started)
+    if status != 200:
+        return None, status
+    return round(statistics.median(times) * 1000, 1), status
+
+
+def _top_up_workloads(wanted: int) -> int:
+    """Workloads (each with one attempt) in a cluster of their own, up to ``wanted`` in all."""
+    missing = wanted - Workload.objects.count()
+    if missing <= 0:
+        return 0
+    cluster = services.create_cluster(ACTOR, "bench-pages", scheduler={"backend": "simulated"})
+    states = list(WorkloadState)
+    made = Workload.objects.bulk_create(
+        Workload(
+            cluster=cluster,
+            key=f"bench-page-{n:05d}",
+            state=states[n % len(states)],
+            created_at=START + timedelta(minutes=n),
+            updated_at=START + timedelta(minutes=n),
+        )
+        for n in range(missing)
+    )
+    Attempt.objects.bulk_create(
+        Attempt(
+            cluster=cluster,
+            workload=workload,
+            job_id=str(900_000 + n),
+            attempt_index=0,
+            name=workload.key,
+            partition="gpu",
+            state="RUNNING",
+            nodes=[f"page-node-{n % 500:03d}"],
+            first_seen_at=workload.created_at,
+            started_at=workload.created_at,
+        )
+        for n, workload in enumerate(made)
+    )
+    return missing
+
+
+def _top_up_audit(cluster: Cluster, wanted: int, tick: Tick) -> int:
+    """Audit entries up to ``wanted``, bulk-inserted. They are hashed and chained like the ones
+    ``audit.record`` appends, so the throwaway trail still verifies; appending them one at a
+    time would take minutes."""
+    missing = wanted - AuditEntry.objects.count()
+    if missing <= 0:
+        return 0
+    workload_ids = list(Workload.objects.filter(cluster=cluster).values_list("pk", flat=True))
+    with transaction.atomic():
+        head, _ = AuditChainHead.objects.select_for_update().get_or_create(pk=1)
+        sequence, previous = head.last_sequence, head.last_hash
+        batch: list[AuditEntry] = []
+        for n in range(missing):
+            sequence += 1
+            at = START - timedelta(seconds=30 * (missing - n))
+            entry = _audit_row(cluster, workload_ids, sequence, previous, n, at)
+            previous = entry.entry_hash
+            batch.append(entry)
+            if len(batch) == AUDIT_BATCH or n == missing - 1:
+                AuditEntry.objects.bulk_create(batch)
+                batch = []
+                tick((n + 1) / missing)
+        AuditChainHead.objects.filter(pk=head.pk).update(last_sequence=sequence, last_hash=previous)
+    return missing
+
+
+def _audit_row(
+    cluster: Cluster, workload_ids: list[int], sequence: int, previous: str, n: int, at: datetime
+) -> AuditEntry:
+    workload_id = workload_ids[n % len(workload_ids)] if workload_ids else None
+    digest = hashlib.sha256(str(n).encode()).hexdigest()[:12]
+    entry = AuditEntry(
+        sequence=sequence,
+        at=at,
+        actor=ACTOR,
+        cluster=cluster,
+        workload_id=workload_id,
+        verb=VERBS[n % len(VERBS)],
+        object_type="workload",
+        object_id=str(workload_id or ""),
+        payload={"bench": n, "ref": digest},
+        previous_hash=previous,
+    )
+    entry.entry_hash = audit.entry_hash(entry)
+    return entry

@@ -1,0 +1,198 @@
+"""``manage.py bench``: one JSON document with the stable keys, figures computed from what happened
+on the simulated cluster, and the HTML report. No speed is asserted."""
+
+import json
+import os
+import subprocess
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+from numbers import Real
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from detection.signatures import default_library
+from recovery_console.bench import scoring
+from recovery_console.bench.throughput import to_ere
+
+T0 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
+SUMMARY = ("p50", "p95", "max")
+
+
+def bench(django_db_blocker: Any, *args: str) -> dict[str, Any]:
+    """Run the command; it creates and drops its own database, so no test transaction."""
+    out = StringIO()
+    with django_db_blocker.unblock():
+        call_command("bench", *args, stdout=out, stderr=StringIO())
+    result: dict[str, Any] = json.loads(out.getvalue())
+    return result
+
+
+@pytest.fixture(scope="module")
+def quick(django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    html = tmp_path_factory.mktemp("bench") / "bench.html"
+    return bench(django_db_blocker, "--quick", "--html", str(html)), html
+
+
+@pytest.fixture(scope="module")
+def blind(django_db_blocker: Any) -> dict[str, Any]:
+    return bench(django_db_blocker, "--quick", "--no-detection", "--hours", "0.5",
+                 "--workloads", "20")  # fmt: skip
+
+
+def number(value: object) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def test_it_prints_one_document_with_the_stable_keys(quick: tuple[dict, Path]) -> None:
+    result, _ = quick
+    for kind in ("crash", "hang", "straggler"):
+        assert set(SUMMARY) <= set(result["detection_latency_s"][kind])
+    assert all(number(result["detection_latency_s"]["crash"][k]) for k in SUMMARY)
+    for key in ("action_latency_s", "time_to_resume_s"):
+        assert all(number(result[key][k]) for k in ("p50", "p95"))
+    assert all(number(result["detection"][k]) for k in ("precision", "recall", "f1"))
+    assert number(result["attribution_accuracy"])
+    assert all(number(result["hosts"][k]) for k in ("precision", "recall"))
+    assert isinstance(result["false_stops"], int) and isinstance(result["missed_stops"], int)
+    signatures = result["signatures"]
+    assert all(number(signatures[k]) for k in ("lines_per_s", "grep_lines_per_s", "ratio_vs_grep"))
+    assert "ERE" in signatures["grep_patterns"]
+    assert all(number(result["cycle"][k]) for k in ("workloads", "seconds", "queries"))
+    assert result["cycle"]["workloads"] == 200 and result["cycle"]["queries"] > 0
+    assert number(result["peak_rss_mb"]) and result["peak_rss_mb"] > 0
+    effective = result["effective_training_time"]
+    assert all(0 <= effective[k] <= 1 for k in ("with_loop", "manual_baseline"))
+    assert set(result["pages_ms"]) >= {"overview", "workloads", "workload", "nodes", "audit"}
+    assert all(number(ms) for ms in result["pages_ms"].values())
+    runs = result["runs"]
+    assert (runs["seed"], runs["nodes"], runs["simulated_hours"]) == (1, 16, 1.0)
+    assert sum(runs["faults_injected"]["by_kind"].values()) == runs["faults_injected"]["total"]
+
+
+def test_a_run_detects_the_faults_it_injected(quick: tuple[dict, Path]) -> None:
+    result, _ = quick
+    detection = result["detection"]
+    assert result["runs"]["faults_injected"]["total"] > 0
+    assert detection["recall"] > 0 and 0 <= detection["precision"] <= 1
+    assert detection["detected_faults"] <= detection["faults"] == result["runs"]["faults_scored"]
+    crash = result["detection_latency_s"]["crash"]
+    assert crash["n"] > 0 and 0 <= crash["p50"] <= crash["p95"] <= crash["max"]
+    assert result["advice"]["by_state"], "in action mode the controller carried advice out"
+    assert result["action_latency_s"]["n"] > 0
+    # The pages had the data they were asked to show.
+    assert result["pages"]["audit_entries"] >= 10_000 and result["pages"]["workloads"] >= 200
+
+
+def test_the_html_report_holds_plotly_charts(quick: tuple[dict, Path]) -> None:
+    _, html = quick
+    page = html.read_text()
+    assert 'class="plotly-graph-div"' in page and "Plotly.newPlot" in page
+
+
+def test_without_detection_nothing_is_detected_or_recovered(blind: dict[str, Any]) -> None:
+    assert blind["runs"]["faults_injected"]["total"] > 0
+    assert blind["detection"]["recall"] == 0 and blind["detection"]["anomalies"] == 0
+    assert blind["detection_latency_s"]["crash"]["n"] == 0
+    assert blind["action_latency_s"]["n"] == 0 and blind["advice"]["by_action"] == {}
+    # With nothing detected the loop does nothing: the cluster fares as with no recovery at all.
+    effective = blind["effective_training_time"]
+    assert effective["with_loop"] == effective["no_recovery"]
+
+
+# --- the parts, without a database -----------------------------------------------------------
+
+
+def fault(job: str, attempt: int, kind: str = "crash", **extra: Any) -> scoring.Fault:
+    values = {"category": "gpu_hardware", "attribution": "hardware", "hosts": ("n1",)} | extra
+    return scoring.Fault(
+        fault_id=f"F-{job}-{attempt}-{kind}",
+        job_id=job,
+        attempt=attempt,
+        kind=kind,
+        at=values.pop("at", T0),
+        entry="xid79_fallen_off_bus",
+        **values,
+    )
+
+
+def anomaly(job: str, attempt: int, family: str = "interruption", **extra: Any) -> scoring.Detected:
+    values = {"category": "gpu_hardware", "attribution": "hardware", "hosts": ("n1",)} | extra
+    return scoring.Detected(
+        anomaly_id=hash((job, attempt, family)),
+        job_id=job,
+        attempt=attempt,
+        family=family,
+        kind="crash",
+        first_evidence_at=T0,
+        detected_at=T0 + timedelta(seconds=3),
+        **values,
+    )
+
+
+def test_faults_and_anomalies_match_on_job_attempt_and_family() -> None:
+    faults = [fault("1", 0), fault("1", 1), fault("2", 0, "straggler", category="straggler")]
+    found = [anomaly("1", 0), anomaly("2", 0), anomaly("3", 0, hosts=("n2",))]
+    scored = scoring.score(faults, found, cutoff=T0 + timedelta(hours=1))
+    figures = scoring.detection(scored)
+    # ("1", 1) is missed; the straggler on job 2 was reported as an interruption: a miss and a
+    # false positive; job 3 had no fault at all.
+    assert (figures["detected_faults"], figures["faults"]) == (1, 3)
+    assert (figures["anomalies"], figures["false_positives"]) == (3, 2)
+    assert scoring.latencies_by_kind(scored)["crash"] == [3.0]
+
+
+def test_faults_too_late_to_judge_are_left_out_with_their_anomalies() -> None:
+    late = T0 + timedelta(hours=2)
+    faults = [fault("1", 0), fault("2", 0, at=late)]
+    found = [anomaly("1", 0), anomaly("2", 0)]
+    scored = scoring.score(faults, found, cutoff=T0 + timedelta(hours=1))
+    assert scoring.detection(scored)["precision"] == 1.0
+    assert len(scored.pairs) == 1
+
+
+def test_a_stop_for_a_hardware_fault_is_false_and_an_unfixable_error_needs_one() -> None:
+    faults = [fault("1", 0), fault("2", 0, category="application_error", unfixable=True)]
+    found = [anomaly("1", 0, action="stop"), anomaly("2", 0, action="restart")]
+    stops = scoring.stops(scoring.score(faults, found, cutoff=T0 + timedelta(hours=1)))
+    assert (stops["false"], stops["missed"]) == (1, 1)
+
+
+def test_percentiles_interpolate_between_ranks() -> None:
+    assert scoring.summary([1.0, 2.0, 3.0, 4.0, 5.0]) | {"n": 5} == {
+        "p50": 3.0,
+        "p95": 4.8,
+        "max": 5.0,
+        "mean": 3.0,
+        "n": 5,
+    }
+    assert scoring.summary([])["p95"] is None
+
+
+def grep_matches(pattern: str, lines: list[str], tmp_path: Path) -> list[str]:
+    log = tmp_path / "lines.log"
+    log.write_text("\n".join(lines) + "\n")
+    result = subprocess.run(
+        ["grep", "-E", "-e", to_ere(pattern, bounded=False), str(log)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LC_ALL": "C"},
+        check=False,
+    )
+    assert result.returncode in (0, 1), result.stderr
+    return result.stdout.splitlines()
+
+
+def test_signature_patterns_become_grep_patterns_matching_the_same_lines(tmp_path: Path) -> None:
+    library = default_library()
+    lines = [
+        "[12.3] NVRM: Xid (PCI:0000:ab:00): 79, pid=1, GPU has fallen off the bus.",
+        "[rank3]: torch.OutOfMemoryError: CUDA Out Of Memory. Tried to allocate 2.00 GiB",
+        "socket: Connection reset by peer",
+        " iteration      100/  1000 | lm loss: 2.1E+00 |",
+    ]
+    for signature in library.signatures:
+        expected = [line for line in lines if signature.regex.search(line) is not None]
+        assert grep_matches(signature.pattern, lines, tmp_path) == expected, signature.name
