@@ -55,7 +55,7 @@ class BenchOptions:
     seed: int = 1
     nodes: int = 64
     hours: float = 8.0
-    fault_rate: float = 0.2
+    fault_rate: float = 0.1
     workloads: int = 2000
     detection: bool = True
     quick: bool = False
@@ -83,7 +83,7 @@ class BenchOptions:
 QUICK = BenchOptions(
     nodes=16,
     hours=1.0,
-    fault_rate=0.5,
+    fault_rate=0.3,
     workloads=200,
     quick=True,
     cycles=3,
@@ -223,7 +223,12 @@ def document(
         },
         "pages_ms": pages["pages_ms"],
         "pages": {k: v for k, v in pages.items() if k != "pages_ms"},
-        "advice": {**outcome.advice, "circuit_breaker_refusals": outcome.circuit_breaker_refusals},
+        "advice": {
+            **outcome.advice,
+            "circuit_breaker_refusals": outcome.circuit_breaker_refusals,
+            "repaired_nodes": outcome.repaired_nodes,
+            "repair_after_s": loop.REPAIR_S,
+        },
         "confusion": scoring.confusion(scored),
         "runs": _runs(options, spec, outcome, scored),
     }
@@ -254,6 +259,8 @@ def _runs(
             "total": len(outcome.faults),
             "by_kind": dict(sorted(Counter(f.kind for f in outcome.faults).items())),
             "by_category": dict(sorted(Counter(f.category for f in outcome.faults).items())),
+            "most_frequent": dict(Counter(f.entry for f in outcome.faults).most_common(5)),
+            "repeats": scoring.repeats(outcome.faults),
         },
         "faults_scored": len(scored.pairs),
         "settle_s": options.settle_s,

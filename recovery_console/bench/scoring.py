@@ -209,6 +209,18 @@ def confusion(scored: Scored) -> dict[str, object]:
     }
 
 
+def repeats(faults: Sequence[Fault]) -> int:
+    """Faults that strike the same host the same way as an earlier fault did: a defect left on a
+    node (or in the workload) coming back because nothing took it out of service."""
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    count = 0
+    for fault in sorted(faults, key=lambda f: f.at):
+        key = (fault.entry, fault.hosts or (fault.job_id,))
+        count += key in seen
+        seen.add(key)
+    return count
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0–100) with linear interpolation between closest ranks."""
     ordered = sorted(values)

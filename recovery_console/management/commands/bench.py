@@ -1,6 +1,11 @@
 """``manage.py bench``: run the whole loop on the simulated cluster and measure it (JSON)."""
 
 import json
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +13,19 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from recovery_console.bench import report, runs
 from recovery_console.bench.progress import Progress
+
+
+@contextmanager
+def exit_on_sigterm() -> Iterator[None]:
+    """Leave through the finally blocks on SIGTERM, so the throwaway database is dropped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class Command(BaseCommand):
@@ -31,7 +49,7 @@ class Command(BaseCommand):
         parser.add_argument("--hours", type=float, help="simulated hours of the loop (default 8)")
         parser.add_argument("--seed", type=int, help="the simulation's seed (default 1)")
         parser.add_argument(
-            "--fault-rate", type=float, help="faults per node-hour in the loop (default 0.2)"
+            "--fault-rate", type=float, help="faults per node-hour in the loop (default 0.1)"
         )
         parser.add_argument("--quick", action="store_true", help="a small run (under 2 minutes)")
         parser.add_argument("--html", metavar="PATH", help="also write a report with charts")
@@ -50,7 +68,8 @@ class Command(BaseCommand):
             detection=False if options["no_detection"] else None,
         )
         progress = Progress(lambda text: self.stderr.write(text, ending=""), self.stderr.isatty())
-        result, details = runs.run(bench, progress)
+        with exit_on_sigterm():
+            result, details = runs.run(bench, progress)
         self.stdout.write(json.dumps(result, indent=2))
         if options["html"]:
             report.write(Path(options["html"]), result, details)
