@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,7 +59,7 @@ def _plotly_js() -> str:
 
 
 def _div(fig: go.Figure, n: int) -> str:
-    fig.update_layout(font=FONT, margin={"l": 60, "r": 20, "t": 30, "b": 50}, height=380)
+    fig.update_layout(font=FONT, margin={"l": 60, "r": 20, "t": 60, "b": 60}, height=400)
     return str(fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{n}"))
 
 
@@ -70,15 +69,18 @@ def _box(name: str, values: Sequence[float], colour: str) -> go.Box:
 
 
 def _detection(details: Details) -> go.Figure:
-    fig = go.Figure()
-    for kind, values in details.detection_latencies.items():
-        fig.add_trace(_box(kind, values, COLOURS["ours"]))
-    # Shapes on a log axis take the logarithm of their position.
-    fig.add_hline(y=math.log10(15), line={"color": COLOURS["target"], "dash": "dash"},
-                  annotation_text="target p95 ≤ 15 s (crash)")  # fmt: skip
-    fig.add_hline(y=math.log10(REFERENCE["detection"]), line={"color": COLOURS["grep"]},
-                  annotation_text="vendor: mean 69 s to detect")  # fmt: skip
-    fig.update_yaxes(title="seconds (log)", type="log")
+    kinds = list(details.detection_latencies)
+    fig = make_subplots(rows=1, cols=len(kinds), subplot_titles=kinds)
+    for column, kind in enumerate(kinds, start=1):
+        values = details.detection_latencies[kind]
+        fig.add_trace(_box(kind, values, COLOURS["ours"]), 1, column)
+        if kind == "crash":
+            fig.add_hline(y=15, line={"color": COLOURS["target"], "dash": "dash"}, row=1,
+                          col=column, annotation_text="target p95 ≤ 15 s")  # fmt: skip
+        fig.add_hline(y=REFERENCE["detection"], line={"color": COLOURS["grep"]}, row=1,
+                      col=column, annotation_text="vendor: mean 69 s")  # fmt: skip
+    fig.update_yaxes(title="seconds", rangemode="tozero")
+    fig.update_layout(showlegend=False)
     return fig
 
 
@@ -111,7 +113,7 @@ def _confusion(result: dict[str, Any]) -> go.Figure:
         )
     )
     fig.update_yaxes(autorange="reversed", title="injected")
-    fig.update_xaxes(title="detected")
+    fig.update_xaxes(title="detected", tickangle=-25)
     return fig
 
 
@@ -121,9 +123,9 @@ def _throughput(result: dict[str, Any]) -> go.Figure:
     values = [s["lines_per_s"], s["grep_lines_per_s"], s["grep_exact_bounds_lines_per_s"]]
     colours = [COLOURS["ours"], COLOURS["grep"], COLOURS["grep"]]
     fig = go.Figure(go.Bar(x=names, y=values, marker={"color": colours}, text=values))
-    fig.add_hline(y=math.log10(300_000), line={"color": COLOURS["target"], "dash": "dash"},
+    fig.add_hline(y=300_000, line={"color": COLOURS["target"], "dash": "dash"},
                   annotation_text="target ≥ 300k lines/s")  # fmt: skip
-    fig.update_yaxes(title="lines per second (log)", type="log")
+    fig.update_yaxes(title="lines per second")
     return fig
 
 
@@ -180,7 +182,7 @@ def _runs_table(runs: dict[str, Any]) -> str:
         "database": runs["vendor"],
         "wall": f"{runs['wall_seconds']} s",
     }
-    return _table(["", ""], [[k, v] for k, v in shown.items()])
+    return _table([], [[k, v] for k, v in shown.items()])
 
 
 def _targets_table(result: dict[str, Any]) -> str:
@@ -197,7 +199,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    thead = f"<thead><tr>{head}</tr></thead>" if header else ""
+    return f"<table>{thead}<tbody>{body}</tbody></table>"
 
 
 PAGE = """<!doctype html>

@@ -205,9 +205,14 @@ def document(
         "action_latency_s": scoring.summary(scoring.action_latencies(scored)),
         "action_latency_wall_s": scoring.summary(scoring.action_wall_latencies(scored)),
         "time_to_resume_s": scoring.summary(outcome.resume_s),
-        "detection": {**scoring.detection(scored), "matching": MATCHING_RULE},
+        "detection": {
+            **scoring.detection(scored),
+            "recall_by_kind": scoring.recall_by_kind(scored),
+            "missed_by_entry": scoring.missed_entries(scored),
+            "matching": MATCHING_RULE,
+        },
         "attribution_accuracy": attribution["category"],
-        "attribution": attribution,
+        "attribution": {**attribution, "first_occurrences": _first_occurrences(scored)},
         "hosts": scoring.hosts(scored),
         "false_stops": stops["false"],
         "missed_stops": stops["missed"],
@@ -234,6 +239,17 @@ def document(
     }
     result["targets"] = targets(result)
     return result
+
+
+def _first_occurrences(scored: scoring.Scored) -> dict[str, Any]:
+    """Attribution counted once per distinct fault (a defect that keeps coming back counts once)."""
+    first = scoring.first_occurrences(scored)
+    return {
+        "faults": len(first.pairs),
+        **scoring.attribution(first),
+        "hosts": scoring.hosts(first),
+        "recall": scoring.detection(first)["recall"],
+    }
 
 
 MATCHING_RULE = (

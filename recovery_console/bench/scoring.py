@@ -209,16 +209,47 @@ def confusion(scored: Scored) -> dict[str, object]:
     }
 
 
+def _repeat_key(fault: Fault) -> tuple[str, tuple[str, ...]]:
+    return (fault.entry, fault.hosts or (fault.job_id,))
+
+
 def repeats(faults: Sequence[Fault]) -> int:
     """Faults that strike the same host the same way as an earlier fault did: a defect left on a
     node (or in the workload) coming back because nothing took it out of service."""
+    return len(faults) - len(_first_occurrences(faults))
+
+
+def _first_occurrences(faults: Sequence[Fault]) -> set[str]:
     seen: set[tuple[str, tuple[str, ...]]] = set()
-    count = 0
+    first: set[str] = set()
     for fault in sorted(faults, key=lambda f: f.at):
-        key = (fault.entry, fault.hosts or (fault.job_id,))
-        count += key in seen
-        seen.add(key)
-    return count
+        if _repeat_key(fault) not in seen:
+            first.add(fault.fault_id)
+        seen.add(_repeat_key(fault))
+    return first
+
+
+def first_occurrences(scored: Scored) -> Scored:
+    """The scored faults that are not repeats of an earlier one, with their anomalies."""
+    first = _first_occurrences([fault for fault, _ in scored.pairs])
+    pairs = tuple((fault, found) for fault, found in scored.pairs if fault.fault_id in first)
+    kept = tuple(found for _, found in pairs if found is not None)
+    return Scored(pairs, scored.false_positives, kept + scored.false_positives)
+
+
+def recall_by_kind(scored: Scored) -> dict[str, float | None]:
+    return {
+        kind: ratio(
+            sum(1 for f, d in scored.pairs if f.kind == kind and d is not None),
+            sum(1 for f, _ in scored.pairs if f.kind == kind),
+        )
+        for kind in KINDS
+    }
+
+
+def missed_entries(scored: Scored) -> dict[str, int]:
+    """The catalogue entries of the faults nothing detected, most often missed first."""
+    return dict(Counter(f.entry for f, d in scored.pairs if d is None).most_common())
 
 
 def percentile(values: Sequence[float], q: float) -> float:
