@@ -43,8 +43,13 @@ class Observed:
 
 
 def load(attempt: Attempt) -> AttemptMonitor:
-    monitor, _ = AttemptMonitor.objects.get_or_create(attempt=attempt)
-    return monitor
+    """The attempt's monitor: the one already fetched with it (select_related), or the stored
+    one, or a new one."""
+    try:
+        return attempt.monitor
+    except AttemptMonitor.DoesNotExist:
+        monitor, _ = AttemptMonitor.objects.get_or_create(attempt=attempt)
+        return monitor
 
 
 def observe(monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorConfig) -> Observed:

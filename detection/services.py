@@ -374,9 +374,11 @@ def _check_running_attempts(
     for attempt in running.select_related("monitor"):
         with transaction.atomic():
             monitor = monitoring.load(attempt)
+            before = monitor.progress
             utilisation = [u for host in attempt.nodes for u in by_host.get(host, [])]
             hang, slow = monitoring.check(monitor, attempt, now, config, utilisation, samples)
-            monitor.save()
+            if monitor.progress != before:
+                monitor.save()  # most scans change nothing for most running attempts
             if hang is not None and attempt.pk not in interrupted:
                 record_finding(
                     attempt, hang, now, confidence=(0.6, "supported"), summary_out=summary

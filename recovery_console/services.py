@@ -213,6 +213,7 @@ def _close_earlier_attempts(
 
 
 def _copy_job(attempt: Attempt, job: JobRecord, seen_at: datetime) -> None:
+    starts_running = attempt.state != "RUNNING" and job.state == "RUNNING"
     attempt.name = job.name[:200]
     attempt.partition = job.partition
     attempt.state = job.state.value
@@ -226,7 +227,8 @@ def _copy_job(attempt: Attempt, job: JobRecord, seen_at: datetime) -> None:
     attempt.comment = job.comment
     if job.is_terminal:
         attempt.ended_at = job.end_time or seen_at
-    if attempt.time_to_resume_s is None and job.state == "RUNNING" and job.start_time:
+    # Once, when the attempt starts running: not a query per running attempt per snapshot.
+    if starts_running and attempt.time_to_resume_s is None and job.start_time:
         attempt.time_to_resume_s = _time_to_resume(attempt, job.start_time)
 
 
