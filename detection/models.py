@@ -9,11 +9,10 @@ from typing import Any, ClassVar
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from recovery_console.models import Attempt, Cluster, Workload
-
-from .config import DetectorConfig, InvalidDetectorSettings, build_detector_config
-from .constants import Attribution, Category, ConfidenceLabel, Kind
-from .telemetry import LogLine
+from detection.core.config import DetectorConfig, InvalidDetectorSettings, build_detector_config
+from detection.core.telemetry import LogLine
+from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from recovery_console.fleet.models import Attempt, Cluster, Workload
 
 
 class SourceCursor(models.Model):

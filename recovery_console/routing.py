@@ -1,6 +1,6 @@
 from django.urls import path
 
-from .consumers import ClusterConsumer, WorkloadConsumer
+from recovery_console.console.consumers import ClusterConsumer, WorkloadConsumer
 
 websocket_urlpatterns = [
     path("ws/clusters/<int:pk>/", ClusterConsumer.as_asgi()),

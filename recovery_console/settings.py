@@ -97,9 +97,13 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_beat",
     "channels",
-    "recovery_console",
+    # The loop's four floors, lowest first, then the tools that stand beside it.
+    "recovery_console.fleet",
     "detection",
     "remediation",
+    "recovery_console.console",
+    "recovery_console.demo",
+    "recovery_console.bench",
 ]
 
 MIDDLEWARE = [
@@ -202,7 +206,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "recovery_console.api.pagination.Cursor",
+    "DEFAULT_PAGINATION_CLASS": "recovery_console.console.api.pagination.Cursor",
     "PAGE_SIZE": 100,
 }
 SPECTACULAR_SETTINGS = {
@@ -216,14 +220,14 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # Several models have a ``state`` or ``status``; name each enum after what it belongs to.
     "ENUM_NAME_OVERRIDES": {
-        "WorkloadStateEnum": "recovery_console.models.WorkloadState",
-        "AttemptStateEnum": "recovery_console.models.JOB_STATE_CHOICES",
-        "NodeStateEnum": "recovery_console.models.NODE_STATE_CHOICES",
+        "WorkloadStateEnum": "recovery_console.fleet.models.WorkloadState",
+        "AttemptStateEnum": "recovery_console.fleet.models.JOB_STATE_CHOICES",
+        "NodeStateEnum": "recovery_console.fleet.models.NODE_STATE_CHOICES",
         "AdviceStateEnum": "remediation.models.AdviceState",
-        "AdviceActionEnum": "remediation.models.AdviceAction",
+        "AdviceActionEnum": "recovery_console.fleet.core.taxonomy.ACTION_CHOICES",
         "AnomalyStateEnum": "detection.models.AnomalyState",
         "NodeHealthStateEnum": "remediation.models.NodeHealthState",
-        "ModeRequestStatusEnum": "recovery_console.models.ModeRequestStatus",
+        "ModeRequestStatusEnum": "recovery_console.console.models.ModeRequestStatus",
     },
 }
 

@@ -3,8 +3,9 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from . import views
-from .metrics import metrics_view
+from recovery_console.console.exporter import metrics_view
+
+from .console import views
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -45,6 +46,6 @@ urlpatterns = [
     path("api/v1/advisor/", include("remediation.advisor.urls")),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
-    path("api/v1/", include("recovery_console.api.urls")),
+    path("api/v1/", include("recovery_console.console.api.urls")),
     path("metrics", metrics_view, name="metrics"),
 ]

@@ -6,12 +6,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from detection.telemetry import ClusterSnapshot
-from recovery_console import services as console
+from recovery_console.fleet import services as console
+from recovery_console.fleet.core.scheduler import ClusterSnapshot
+from remediation import services
+from remediation.advisor.serializers import AdviceSerializer
+from remediation.controller.reconciler import AdviceItem
 
-from . import services
-from .advisor.serializers import AdviceSerializer
-from .controller.reconciler import AdviceItem
 from .models import ControllerToken
 
 

@@ -10,14 +10,8 @@ from typing import ClassVar
 from django.db import models
 
 from detection.models import Anomaly
-from recovery_console.models import Attempt, Cluster, Workload
-
-
-class AdviceAction(models.TextChoices):
-    RESTART_EXCLUDING_NODE = "restart_excluding_node", "Restart excluding nodes"
-    RESTART = "restart", "Restart"
-    STOP = "stop", "Stop"
-    NONE = "none", "No action"
+from recovery_console.fleet.core.taxonomy import ACTION_CHOICES, Action
+from recovery_console.fleet.models import Attempt, Cluster, Workload
 
 
 class DesiredState(models.TextChoices):
@@ -28,10 +22,10 @@ class DesiredState(models.TextChoices):
 
 
 DESIRED_STATE_OF_ACTION = {
-    AdviceAction.RESTART_EXCLUDING_NODE: DesiredState.RUNNING_EXCLUDING,
-    AdviceAction.RESTART: DesiredState.RUNNING,
-    AdviceAction.STOP: DesiredState.CANCELLED,
-    AdviceAction.NONE: DesiredState.UNCHANGED,
+    Action.RESTART_EXCLUDING_NODE: DesiredState.RUNNING_EXCLUDING,
+    Action.RESTART: DesiredState.RUNNING,
+    Action.STOP: DesiredState.CANCELLED,
+    Action.NONE: DesiredState.UNCHANGED,
 }
 
 
@@ -60,7 +54,7 @@ class Advice(models.Model):
     attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, related_name="advice")
     anomaly = models.OneToOneField(Anomaly, on_delete=models.PROTECT, related_name="advice")
     generation = models.PositiveIntegerField(default=1)
-    action = models.CharField(max_length=32, choices=AdviceAction.choices)
+    action = models.CharField(max_length=32, choices=ACTION_CHOICES)
     desired_state = models.CharField(max_length=32, choices=DesiredState.choices)
     exclude_nodes = models.JSONField(default=list, blank=True)
     drain_nodes = models.JSONField(default=list, blank=True)

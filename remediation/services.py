@@ -15,14 +15,24 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from detection.models import Anomaly, AnomalyState, AttemptMonitor
-from recovery_console import audit, events
-from recovery_console.models import Attempt, Cluster, ClusterMode, Node
+from recovery_console.fleet import audit, events
+from recovery_console.fleet.core.taxonomy import Action
+from recovery_console.fleet.models import Attempt, Cluster, ClusterMode, Node
+from remediation.core.attribution import AnomalyView, attribute
+from remediation.core.isolation import isolated_since, strikes_since
+from remediation.core.policy import (
+    Decision,
+    History,
+    Incident,
+    InvalidPolicy,
+    Policy,
+    decide,
+    parse_policy,
+)
 
-from .attribution import AnomalyView, attribute
 from .models import (
     DESIRED_STATE_OF_ACTION,
     Advice,
-    AdviceAction,
     AdviceState,
     ControllerToken,
     Milestone,
@@ -30,7 +40,6 @@ from .models import (
     NodeHealthState,
     token_digest,
 )
-from .policy import Action, Decision, History, Incident, Policy, decide, parse_policy
 
 ACTOR = "system:remediation"
 UNHEALTHY_NODE_STATES = ("DOWN", "DRAINED", "DRAINING")
@@ -48,6 +57,15 @@ class AdviceAlreadyClaimed(Exception):
 
 class StaleGeneration(Exception):
     """A report about a generation of the advice that is no longer current."""
+
+
+def policy_problems(cluster: Cluster) -> dict[str, list[str]]:
+    """The cluster check remediation registers with the fleet: is the policy document valid?"""
+    try:
+        parse_policy(cluster.policy)
+    except InvalidPolicy as exc:
+        return {"policy": exc.problems}
+    return {}
 
 
 # --- advice ----------------------------------------------------------------------------------
@@ -134,8 +152,8 @@ def _history(
         restarts=len(earlier),
         root_causes=tuple((causes[a.pk], steps.get(a.pk)) for a in earlier if a.pk in causes),
         excluded=tuple(sorted(_still_excluded(attempt, health))),
-        strikes={h.name: _strikes_since(h, strike_since, anomaly.pk) for h in health},
-        isolated=tuple(sorted(h.name for h in health if _isolated_since(h, breaker_since))),
+        strikes={h.name: strikes_since(h.strikes, strike_since, anomaly.pk) for h in health},
+        isolated=tuple(sorted(h.name for h in health if _isolated(h, breaker_since))),
         cluster_nodes=Node.objects.filter(cluster=cluster).count(),
     )
 
@@ -150,17 +168,9 @@ def _still_excluded(attempt: Attempt, health: list[NodeHealth]) -> set[str]:
     return excluded | {h.name for h in health if h.state == NodeHealthState.DRAINED}
 
 
-def _strikes_since(health: NodeHealth, since: datetime, anomaly_id: int) -> int:
-    return sum(
-        1
-        for strike in health.strikes
-        if strike["anomaly"] != anomaly_id and datetime.fromisoformat(strike["at"]) >= since
-    )
-
-
-def _isolated_since(health: NodeHealth, since: datetime) -> bool:
-    times = [t for t in (health.excluded_at, health.drained_at) if t is not None]
-    return health.state == NodeHealthState.DRAINED or any(t >= since for t in times)
+def _isolated(health: NodeHealth, since: datetime) -> bool:
+    drained = health.state == NodeHealthState.DRAINED
+    return isolated_since(drained, health.excluded_at, health.drained_at, since)
 
 
 def _advice_fields(
@@ -175,7 +185,7 @@ def _advice_fields(
         )
     return {
         "action": decision.action.value,
-        "desired_state": DESIRED_STATE_OF_ACTION[AdviceAction(decision.action.value)],
+        "desired_state": DESIRED_STATE_OF_ACTION[decision.action],
         "exclude_nodes": list(decision.exclude),
         "drain_nodes": list(decision.drain),
         "reasons": reasons,
@@ -312,7 +322,7 @@ def active_advice(cluster: Cluster) -> list[Advice]:
                 s.value for s in (AdviceState.PROPOSED, AdviceState.DISPATCHED, AdviceState.CLAIMED)
             ],
         )
-        .exclude(action=AdviceAction.NONE)
+        .exclude(action=Action.NONE)
         .select_related("attempt")
         .order_by("decided_at")
     )

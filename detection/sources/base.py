@@ -12,7 +12,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any, Protocol
 
-from detection.telemetry import LogLine
+from detection.core.telemetry import LogLine
 
 # One line never costs more than this, whatever a job prints (a 10 MB progress bar, a binary dump).
 MAX_LINE_BYTES = 64 * 1024

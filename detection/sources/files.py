@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO, NamedTuple
 
+from detection.core.telemetry import LogLine
 from detection.sources.base import (
     DEFAULT_NAME_REGEX,
     MAX_LINE_BYTES,
@@ -35,7 +36,6 @@ from detection.sources.base import (
     TextCleaner,
     job_id_from_filename,
 )
-from detection.telemetry import LogLine
 
 CURSOR_VERSION = 1
 READ_CHUNK = 256 * 1024
@@ -367,3 +367,26 @@ def _read_at(handle: BinaryIO, offset: int, size: int) -> bytes:
 
 def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+TAIL_BYTES = 16 * 1024
+
+
+def job_output_name(job_id: str) -> str:
+    """Slurm's default output name: ``slurm-%j.out``, and ``slurm-%A_%a.out`` for array tasks."""
+    return f"slurm-{job_id}.out"
+
+
+def tail_file(path: str | os.PathLike[str], lines: int = 40) -> list[str]:
+    """The last lines of a file, read from its end so a huge file costs nothing."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - TAIL_BYTES))
+            data = handle.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace").splitlines()
+    # Past TAIL_BYTES the first line read is likely cut: drop it.
+    return text[-lines:] if size <= TAIL_BYTES else text[1:][-lines:]

@@ -13,78 +13,46 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
-from detection.sources.base import LogBatch, TextCleaner
-from detection.sources.httpclient import HttpAuth, HttpClient
-from detection.sources.paging import (
-    Entry,
-    LabelNames,
-    Page,
-    PageLimits,
-    fetch_forward,
-    render_query,
-)
+from detection.sources.base import TextCleaner
+from detection.sources.paging import Entry, LabelNames, Page
+from detection.sources.remote import RemoteLogConfig, RemoteLogSource
 
 QUERY_RANGE = "/loki/api/v1/query_range"
 CATEGORIZE_HEADER = "X-Loki-Response-Encoding-Flags"
 
 
 @dataclass(frozen=True)
-class LokiConfig:
+class LokiConfig(RemoteLogConfig):
     """How to reach Loki and which lines to read.
 
-    ``query`` is a LogQL log query; ``$job_id`` in it is replaced by ``job_id`` when given, e.g.
-    ``{job="slurm"} | slurm_job_id="$job_id"`` (which matches a label or structured metadata).
-    ``tenant`` is sent as ``X-Scope-OrgID``. ``categorize_labels`` asks Loki 3 to return
-    structured metadata apart from the stream labels (so it does not split streams).
+    ``query`` is a LogQL log query, e.g. ``{job="slurm"} | slurm_job_id="$job_id"`` (which
+    matches a label or structured metadata). ``tenant`` is sent as ``X-Scope-OrgID``.
+    ``categorize_labels`` asks Loki 3 to return structured metadata apart from the stream
+    labels (so it does not split streams).
     """
 
-    base_url: str
-    query: str = '{job="slurm"}'
-    job_id: str | None = None
-    labels: LabelNames = field(default_factory=LabelNames)
-    limits: PageLimits = field(default_factory=PageLimits)
-    timeout: float = 10.0
-    auth: HttpAuth | None = None
     tenant: str | None = None
     categorize_labels: bool = False
-    max_response_bytes: int = 64 * 1024 * 1024
 
 
-class LokiSource:
-    """Reads a LogQL query forward from a cursor; see ``paging`` for the cursor's shape."""
+class LokiSource(RemoteLogSource):
+    config: LokiConfig
+    kind = "loki"
 
     def __init__(self, config: LokiConfig) -> None:
-        self.config = config
-        self.query = render_query(config.query, config.job_id)
-        self.client = HttpClient(
-            "loki",
-            config.base_url,
-            timeout=config.timeout,
-            auth=config.auth,
-            max_response_bytes=config.max_response_bytes,
-        )
-        self.headers = self._headers()
+        super().__init__(config)
+        self.headers = {}
+        if config.tenant:
+            self.headers["X-Scope-OrgID"] = config.tenant
+        if config.categorize_labels:
+            self.headers[CATEGORIZE_HEADER] = "categorize-labels"
 
-    @property
-    def name(self) -> str:
-        return self.client.name
-
-    def fetch(self, cursor: dict[str, Any] | None, now: datetime) -> LogBatch:
-        return fetch_forward(self._page, cursor, now, self.config.limits)
-
-    def _headers(self) -> dict[str, str]:
-        headers = {}
-        if self.config.tenant:
-            headers["X-Scope-OrgID"] = self.config.tenant
-        if self.config.categorize_labels:
-            headers[CATEGORIZE_HEADER] = "categorize-labels"
-        return headers
-
-    def _page(self, start_ns: int, end_ns: int, limit: int) -> Page:
+    def request(
+        self, start_ns: int, end_ns: int, limit: int
+    ) -> tuple[str, list[tuple[str, str]], dict[str, str]]:
         params = [
             ("query", self.query),
             ("start", str(start_ns)),
@@ -92,11 +60,10 @@ class LokiSource:
             ("limit", str(limit)),
             ("direction", "forward"),
         ]
-        body = self.client.get(QUERY_RANGE, params, self.headers)
-        try:
-            return parse_query_range(body, self.config.labels, TextCleaner())
-        except ValueError as exc:
-            raise self.client.unavailable(f"answered an unexpected response: {exc}") from exc
+        return QUERY_RANGE, params, self.headers
+
+    def parse(self, body: bytes) -> Page:
+        return parse_query_range(body, self.config.labels, TextCleaner())
 
 
 def parse_query_range(body: bytes, labels: LabelNames, cleaner: TextCleaner) -> Page:

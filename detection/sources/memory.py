@@ -9,9 +9,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from detection.core.telemetry import LogLine, MetricSample
 from detection.sources.base import LogBatch
 from detection.sources.prometheus import MetricScrape
-from detection.telemetry import LogLine, MetricSample
 
 
 class MemoryLogSource:

@@ -19,8 +19,8 @@ from datetime import UTC, datetime, timedelta
 from string import Template
 from typing import Any
 
+from detection.core.telemetry import LogLine
 from detection.sources.base import LogBatch, check_job_id, job_id_from_filename
-from detection.telemetry import LogLine
 
 CURSOR_VERSION = 1
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -19,22 +19,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from detection.core.telemetry import DCGM_METRICS, Dcgm, MetricSample
 from detection.sources.base import check_job_id
 from detection.sources.httpclient import HttpAuth, HttpClient
-from detection.telemetry import MetricSample
 
-XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
-DCGM_METRICS = (
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_PROF_SM_ACTIVE",
-    "DCGM_FI_DEV_SM_CLOCK",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-    XID_METRIC,
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-)
+XID_METRIC = Dcgm.XID_ERRORS.value
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses range queries with more
 _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")  # so the names can go in a regex matcher
 

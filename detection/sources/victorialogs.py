@@ -12,21 +12,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from detection.sources.base import LogBatch, TextCleaner
-from detection.sources.httpclient import HttpAuth, HttpClient, excerpt
-from detection.sources.paging import (
-    Entry,
-    LabelNames,
-    Page,
-    PageLimits,
-    fetch_forward,
-    ns_to_datetime,
-    render_query,
-)
+from detection.sources.base import TextCleaner
+from detection.sources.httpclient import excerpt
+from detection.sources.paging import Entry, LabelNames, Page, ns_to_datetime
+from detection.sources.remote import RemoteLogConfig, RemoteLogSource
 
 QUERY_PATH = "/select/logsql/query"
 _RFC3339 = re.compile(
@@ -36,63 +29,42 @@ _STREAM_PAIR = re.compile(r'\s*([^=,{}"\s]+)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)
 
 
 @dataclass(frozen=True)
-class VictoriaLogsConfig:
+class VictoriaLogsConfig(RemoteLogConfig):
     """How to reach VictoriaLogs and which entries to read.
 
-    ``query`` is a LogsQL filter without pipes (``{job="slurm"}``, ``slurm_job_id:="$job_id"``);
-    ``$job_id`` is replaced by ``job_id``. ``labels`` names the fields (or ``_stream`` labels)
-    that hold the job id and host.
+    ``query`` is a LogsQL filter without pipes (``{job="slurm"}``, ``slurm_job_id:="$job_id"``).
+    ``account_id`` and ``project_id`` choose the tenant.
     """
 
-    base_url: str
-    query: str = '{job="slurm"}'
-    job_id: str | None = None
-    labels: LabelNames = field(default_factory=LabelNames)
-    limits: PageLimits = field(default_factory=PageLimits)
-    timeout: float = 10.0
-    auth: HttpAuth | None = None
     account_id: str | None = None
     project_id: str | None = None
-    max_response_bytes: int = 64 * 1024 * 1024
 
 
-class VictoriaLogsSource:
-    """Reads a LogsQL query forward from a cursor; see ``paging`` for the cursor's shape."""
+class VictoriaLogsSource(RemoteLogSource):
+    config: VictoriaLogsConfig
+    kind = "victorialogs"
 
     def __init__(self, config: VictoriaLogsConfig) -> None:
-        self.config = config
-        self.query = render_query(config.query, config.job_id)
-        self.client = HttpClient(
-            "victorialogs",
-            config.base_url,
-            timeout=config.timeout,
-            auth=config.auth,
-            max_response_bytes=config.max_response_bytes,
-        )
+        super().__init__(config)
         self.headers = {
             name: value
             for name, value in (("AccountID", config.account_id), ("ProjectID", config.project_id))
             if value
         }
 
-    @property
-    def name(self) -> str:
-        return self.client.name
-
-    def fetch(self, cursor: dict[str, Any] | None, now: datetime) -> LogBatch:
-        return fetch_forward(self._page, cursor, now, self.config.limits)
-
-    def _page(self, start_ns: int, end_ns: int, limit: int) -> Page:
+    def request(
+        self, start_ns: int, end_ns: int, limit: int
+    ) -> tuple[str, list[tuple[str, str]], dict[str, str]]:
         params = [
+            # The limit *argument* would return the newest entries: page with pipes instead.
             ("query", f"{self.query} | sort by (_time) | limit {limit}"),
             ("start", ns_to_rfc3339(start_ns)),
             ("end", ns_to_rfc3339(end_ns)),
         ]
-        body = self.client.get(QUERY_PATH, params, self.headers)
-        try:
-            return parse_jsonl(body, self.config.labels, TextCleaner())
-        except ValueError as exc:
-            raise self.client.unavailable(f"answered an unexpected response: {exc}") from exc
+        return QUERY_PATH, params, self.headers
+
+    def parse(self, body: bytes) -> Page:
+        return parse_jsonl(body, self.config.labels, TextCleaner())
 
 
 def parse_jsonl(body: bytes, labels: LabelNames, cleaner: TextCleaner) -> Page:

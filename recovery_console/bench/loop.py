@@ -17,10 +17,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from detection.models import Anomaly
-from detection.services import scan_cluster
-from recovery_console import services
-from recovery_console.models import Attempt, AuditEntry, Cluster, ClusterMode
-from recovery_console.simulation import SimulationRunner
+from detection.scan import scan_cluster
+from recovery_console.bench import scoring
+from recovery_console.demo.runner import SimulationRunner
+from recovery_console.fleet import services
+from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, ClusterMode
 from recovery_console.simulator import (
     ENTRIES,
     InjectedFault,
@@ -32,8 +33,7 @@ from recovery_console.simulator import (
 from remediation.models import Advice, Milestone, NodeHealth, NodeHealthState
 from remediation.services import advise_cluster, release_node
 
-from . import scoring
-from .progress import Tick
+from .progress_bar import Tick
 
 ACTOR = "system:bench"
 START = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)

@@ -26,12 +26,12 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import override_settings
 
+from recovery_console.bench import loop, scale, scoring, throughput
 from recovery_console.celery import app as celery_app
-from recovery_console.models import Cluster
+from recovery_console.fleet.models import Cluster
 from recovery_console.simulator import ManualRecoveryBaseline
 
-from . import loop, scale, scoring, throughput
-from .progress import Progress
+from .progress_bar import Progress
 
 MANUAL = ManualRecoveryBaseline(notice_s=1800.0, act_s=900.0)
 IN_MEMORY_LAYER = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}

@@ -25,10 +25,12 @@ from django.db.models import Count
 from django.test import Client
 from django.urls import NoReverseMatch, reverse
 
-from detection.services import scan_cluster
-from detection.telemetry import ClusterSnapshot
-from recovery_console import audit, services
-from recovery_console.models import (
+from detection.scan import scan_cluster
+from recovery_console.demo.runner import ACTOR as SIMULATOR
+from recovery_console.demo.runner import SimulationRunner
+from recovery_console.fleet import audit, services
+from recovery_console.fleet.core.scheduler import ClusterSnapshot
+from recovery_console.fleet.models import (
     Attempt,
     AuditChainHead,
     AuditEntry,
@@ -36,12 +38,10 @@ from recovery_console.models import (
     Workload,
     WorkloadState,
 )
-from recovery_console.simulation import ACTOR as SIMULATOR
-from recovery_console.simulation import SimulationRunner
 from remediation.services import advise_cluster
 
 from .loop import ACTOR, POLL_S, START, simulated_cluster
-from .progress import Tick
+from .progress_bar import Tick
 
 # Jobs of 1–4 nodes of 8 GPUs; two and a half nodes per workload leave room for exclusions.
 NODES_PER_JOB = (1, 4)

@@ -32,11 +32,11 @@ from re import _constants as sre  # type: ignore[attr-defined]
 from re import _parser  # type: ignore[attr-defined]
 from typing import Any
 
-from detection.signatures import SignatureLibrary, default_library
-from detection.signatures.model import compile_re
+from detection.core.signatures import SignatureLibrary, default_library
+from detection.core.signatures.model import compile_re
 from recovery_console.simulator import SimulatedCluster, SimulationConfig
 
-from .progress import Tick
+from .progress_bar import Tick
 
 START = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 CHUNK_LINES = 10_000
@@ -249,7 +249,7 @@ def scan_file(path: Path, library: SignatureLibrary) -> int:
     for block in blocks_of_lines(path):
         lines = block.decode("utf-8", "replace").split("\n")[:-1]
         for start in range(0, len(lines), CHUNK_LINES):
-            findings += len(library.scan(lines[start : start + CHUNK_LINES]).findings)
+            findings += len(library.scan(lines[start : start + CHUNK_LINES]).groups)
     return findings
 
 

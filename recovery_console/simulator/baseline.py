@@ -8,7 +8,7 @@ Slowdowns go unnoticed, as they usually do.
 
 from __future__ import annotations
 
-from detection.telemetry import JobState
+from recovery_console.fleet.core.scheduler import JobState
 
 from .config import ManualRecoveryBaseline
 from .core import Core

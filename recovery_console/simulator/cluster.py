@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from detection.telemetry import ClusterSnapshot, JobState, LogLine, MetricSample
+from detection.core.telemetry import LogLine, MetricSample
+from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState
+from recovery_console.simulator import failtext as ft
 
-from . import failtext as ft
 from .baseline import ManualOperator
 from .catalogue import BY_KEY
 from .config import SimulationConfig
 from .core import Core
+from .dcgm import scrape
 from .events import seeded
 from .faults import FaultInjector
-from .metrics import scrape
 from .records import InjectedFault, WorkloadProgress
 from .scheduler import SimulatedScheduler, StopCause
 from .state import Job, Node, Phase, Workload

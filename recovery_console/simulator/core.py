@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from detection.telemetry import LogLine
+from detection.core.telemetry import LogLine
 
 from .config import SimulationConfig
 from .events import Clock, EventQueue

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import hardware, software
+from recovery_console.simulator import hardware, software
+
 from .catalogue import TIME_LIMIT, FaultEntry, draw_entry
 from .core import Core
 from .events import seeded

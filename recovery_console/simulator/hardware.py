@@ -6,9 +6,9 @@ notice, and leaves the scheduler to record the end.
 
 from __future__ import annotations
 
-from detection.telemetry import JobState
+from recovery_console.fleet.core.scheduler import JobState
+from recovery_console.simulator import failtext as ft
 
-from . import failtext as ft
 from .catalogue import XID63_TEXT
 from .scenes import (
     NCCL_VERSION,

@@ -11,8 +11,8 @@ from datetime import datetime
 from enum import StrEnum
 
 # Re-exported: the simulator's modules take the taxonomy from here.
-from detection.constants import Attribution as Attribution
-from detection.constants import Category as Category
+from recovery_console.fleet.core.taxonomy import Attribution as Attribution
+from recovery_console.fleet.core.taxonomy import Category as Category
 
 
 class FaultKind(StrEnum):

@@ -7,9 +7,9 @@ import random
 from datetime import datetime
 from typing import Protocol
 
-from detection.telemetry import JobState
+from recovery_console.fleet.core.scheduler import JobState
+from recovery_console.simulator import failtext as ft
 
-from . import failtext as ft
 from .catalogue import DBE_XIDS, FaultEntry
 from .core import Core
 from .scheduler import SimulatedScheduler

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Protocol
 
-from detection.telemetry import (
+from recovery_console.fleet.core.scheduler import (
     TERMINAL_JOB_STATES,
     ClusterSnapshot,
     JobRecord,

@@ -6,9 +6,9 @@ job's own output (or in a file system's kernel messages) and the ground truth na
 
 from __future__ import annotations
 
-from detection.telemetry import JobState
+from recovery_console.fleet.core.scheduler import JobState
+from recovery_console.simulator import failtext as ft
 
-from . import failtext as ft
 from .scenes import NCCL_VERSION, Scene, fast_teardown, peer_ranks, watchdog_teardown
 from .state import Phase
 from .textgen import deepspeed_step, ds_stamp, hf_logs, megatron_iteration

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from enum import StrEnum
 
-from detection.telemetry import JobState, NodeState
+from recovery_console.fleet.core.scheduler import JobState, NodeState
 
 from .catalogue import FaultEntry
 from .textgen import Voice

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
-from detection.telemetry import JobState
+from recovery_console.fleet.core.scheduler import JobState
+from recovery_console.simulator import textgen as tg
 
-from . import textgen as tg
 from .core import Core
 from .records import WorkloadProgress
 from .scheduler import SimulatedScheduler

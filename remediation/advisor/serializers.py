@@ -4,7 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from detection.telemetry import JobState, NodeState
+from recovery_console.fleet.core.scheduler import JobState, NodeState
 from remediation.models import Advice, Milestone
 
 

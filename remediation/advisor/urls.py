@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from remediation.advisor import views
 
 urlpatterns = [
     path("<slug:cluster>/snapshots", views.SnapshotView.as_view(), name="advisor-snapshots"),

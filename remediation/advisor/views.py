@@ -13,12 +13,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from detection.telemetry import ClusterSnapshot, JobRecord, JobState, NodeRecord, NodeState
-from recovery_console import services as console
+from recovery_console.fleet import services as console
+from recovery_console.fleet.core.scheduler import (
+    ClusterSnapshot,
+    JobRecord,
+    JobState,
+    NodeRecord,
+    NodeState,
+)
 from remediation import services
+from remediation.advisor import serializers as s
 from remediation.models import Advice, ControllerToken
 
-from . import serializers as s
 from .authentication import ControllerTokenAuthentication, IsControllerOfCluster
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from detection.telemetry import ClusterSnapshot, JobRecord
+from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobRecord
 
 from .slurm import SlurmCommandError
 from .transport import TransportError

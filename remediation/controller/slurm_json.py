@@ -18,7 +18,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from detection.telemetry import TERMINAL_JOB_STATES, JobRecord, JobState, NodeRecord, NodeState
+from recovery_console.fleet.core.scheduler import (
+    TERMINAL_JOB_STATES,
+    JobRecord,
+    JobState,
+    NodeRecord,
+    NodeState,
+)
 
 from .hostlist import expand_hostlist
 

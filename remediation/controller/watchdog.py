@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from detection.telemetry import JobRecord, JobState
+from recovery_console.fleet.core.scheduler import JobRecord, JobState
 
 from .reconciler import AdviceItem, Advisor, AdvisorUnavailable, Scheduler
 from .slurm import SlurmCommandError

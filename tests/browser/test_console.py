@@ -11,10 +11,14 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from detection.services import ScanSummary, record_interruption
-from detection.telemetry import ClusterSnapshot, NodeRecord, NodeState
-from recovery_console import reviews, services
-from recovery_console.models import Attempt, Cluster, ClusterMode, ModeChangeRequest, Review
+from detection.anomalies import record_interruption
+from detection.core.interruption import Confidence, Evidence, Interruption
+from recovery_console.console import reviews
+from recovery_console.console.models import ModeChangeRequest, Review
+from recovery_console.fleet import services
+from recovery_console.fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
+from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from recovery_console.fleet.models import Attempt, Cluster, ClusterMode
 from remediation.models import Advice
 from tests.factories import AdviceFactory, JobRecordFactory, WorkloadFactory
 
@@ -136,23 +140,21 @@ class LiveUpdateTests(ConsoleBrowserTestCase):
         self.driver.execute_script("window.notReloaded = true")
 
         with transaction.atomic():
-            anomaly = record_interruption(
+            anomaly, _ = record_interruption(
                 attempt,
+                Interruption(
+                    kind=Kind.CRASH,
+                    category=Category.GPU_HARDWARE,
+                    attribution=Attribution.HARDWARE,
+                    confidence=Confidence(0.95, ConfidenceLabel.ESTABLISHED),
+                    hosts=("n2",),
+                    root_cause="nvrm_xid:n2",
+                    summary="Xid 79 on n2: GPU has fallen off the bus",
+                    explanation="Xid 79 on n2",
+                    evidence=(Evidence(text="NVRM: Xid (PCI:0000:3b:00): 79", host="n2"),),
+                    first_evidence_at=now,
+                ),
                 now + timedelta(seconds=3),
-                kind="crash",
-                category="gpu_hardware",
-                attribution="hardware",
-                confidence=(0.95, "established"),
-                hosts=["n2"],
-                root_cause="nvrm_xid:n2",
-                summary="Xid 79 on n2: GPU has fallen off the bus",
-                explanation="Xid 79 on n2",
-                evidence=[
-                    {"source": "log", "text": "NVRM: Xid (PCI:0000:3b:00): 79", "host": "n2"}
-                ],
-                first_evidence_at=now,
-                occurrences=1,
-                summary_out=ScanSummary(),
             )
 
         row = self.wait_until(

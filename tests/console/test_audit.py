@@ -4,8 +4,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, connections
 
-from recovery_console import audit
-from recovery_console.models import AppendOnlyError, AuditEntry
+from recovery_console.fleet import audit
+from recovery_console.fleet.models import AppendOnlyError, AuditEntry
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from detection.signatures import default_library
+from detection.core.signatures import default_library
 from recovery_console.bench import scoring
 from recovery_console.bench.throughput import to_ere
 

@@ -5,10 +5,11 @@ import pytest
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings
 
-from detection.telemetry import ClusterSnapshot, snapshot_to_json
-from recovery_console import services, tasks
 from recovery_console.celery import app
-from recovery_console.models import Attempt
+from recovery_console.console import tasks
+from recovery_console.fleet import services
+from recovery_console.fleet.core.scheduler import ClusterSnapshot, snapshot_to_json
+from recovery_console.fleet.models import Attempt
 from tests.factories import JobRecordFactory
 
 

@@ -3,7 +3,7 @@
 import json
 from datetime import UTC, date, datetime, timedelta
 
-from recovery_console import charts
+from recovery_console.console import charts
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 FAILED = frozenset({"FAILED", "NODE_FAIL", "REQUEUED"})

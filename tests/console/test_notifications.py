@@ -16,10 +16,13 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from rest_framework.test import APIClient
 
-from detection.telemetry import ClusterSnapshot, NodeRecord, NodeState
-from recovery_console import notifications, reviews, services
 from recovery_console.celery import app
-from recovery_console.models import AuditEntry, Cluster, ClusterMode, NotificationChannel
+from recovery_console.console import approval, reviews
+from recovery_console.console.models import NotificationChannel
+from recovery_console.console.notifications import channels
+from recovery_console.fleet import services
+from recovery_console.fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
+from recovery_console.fleet.models import AuditEntry, Cluster, ClusterMode
 from remediation import services as remediation
 from remediation.models import Advice
 from tests.factories import UserFactory
@@ -95,7 +98,7 @@ def cluster():
 
 
 def webhook(admin, cluster, receiver, events=None) -> NotificationChannel:
-    return notifications.add_channel(
+    return channels.add_channel(
         admin, cluster=cluster, kind="webhook", target=receiver.url, events=events
     )
 
@@ -169,13 +172,13 @@ def test_a_mode_change_is_emailed(
     admin, cluster, settings, django_capture_on_commit_callbacks
 ) -> None:
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    notifications.add_channel(
+    channels.add_channel(
         admin, cluster=cluster, kind="email", target="oncall@example.org, lead@example.org"
     )
     Cluster.objects.filter(pk=cluster.pk).update(mode=ClusterMode.ACTION)
     alice = UserFactory(username="alice", roles=["operator"])
     with django_capture_on_commit_callbacks(execute=True):
-        reviews.back_to_monitor(alice, cluster, "canary misbehaved")
+        approval.back_to_monitor(alice, cluster, "canary misbehaved")
     [message] = mail.outbox
     assert message.to == ["oncall@example.org", "lead@example.org"]
     assert message.subject == (
@@ -207,7 +210,7 @@ def test_a_webhook_that_refuses_is_not_retried(
 def test_a_dead_webhook_never_fails_the_change_that_set_it_off(
     admin, cluster, django_capture_on_commit_callbacks, caplog
 ) -> None:
-    notifications.add_channel(
+    channels.add_channel(
         admin, cluster=cluster, kind="webhook", target="http://127.0.0.1:9/nobody-listens"
     )
     advice = stop_advice(cluster, django_capture_on_commit_callbacks)
@@ -219,10 +222,8 @@ def test_disabled_channels_and_other_clusters_hear_nothing(
     admin, cluster, receiver, django_capture_on_commit_callbacks
 ) -> None:
     other = services.create_cluster("user:root", "other")
-    notifications.add_channel(admin, cluster=other, kind="webhook", target=receiver.url)
-    notifications.add_channel(
-        admin, cluster=cluster, kind="webhook", target=receiver.url, enabled=False
-    )
+    channels.add_channel(admin, cluster=other, kind="webhook", target=receiver.url)
+    channels.add_channel(admin, cluster=cluster, kind="webhook", target=receiver.url, enabled=False)
     stop_advice(cluster, django_capture_on_commit_callbacks)
     assert receiver.bodies == []
 
@@ -236,7 +237,7 @@ def test_nothing_is_sent_for_a_change_that_rolled_back(
     with django_capture_on_commit_callbacks(execute=True):
         try:
             with transaction.atomic():
-                reviews.back_to_monitor(alice, cluster, "oops")
+                approval.back_to_monitor(alice, cluster, "oops")
                 raise RuntimeError("the rest of the change failed")
         except RuntimeError:
             pass
@@ -253,7 +254,7 @@ def test_the_loop_does_not_wait_for_a_slow_webhook(receiver, settings) -> None:
     Cluster.objects.filter(pk=cluster.pk).update(mode=ClusterMode.ACTION)
     alice = UserFactory(username="alice", roles=["operator"])
     started = time.monotonic()
-    reviews.back_to_monitor(alice, cluster, "now")
+    approval.back_to_monitor(alice, cluster, "now")
     assert time.monotonic() - started < 1.0
     [body] = receiver.wait_for(1)
     assert body["event"] == "mode_change"
@@ -264,13 +265,13 @@ def test_the_loop_does_not_wait_for_a_slow_webhook(receiver, settings) -> None:
 
 def test_a_channel_is_validated(admin, cluster) -> None:
     with pytest.raises(ValidationError) as bad_url:
-        notifications.add_channel(admin, cluster=cluster, kind="webhook", target="ftp://x")
+        channels.add_channel(admin, cluster=cluster, kind="webhook", target="ftp://x")
     assert bad_url.value.message_dict == {"target": ["a webhook needs an http:// or https:// URL"]}
     with pytest.raises(ValidationError) as bad_mail:
-        notifications.add_channel(admin, cluster=cluster, kind="email", target="ops, a@b.org")
+        channels.add_channel(admin, cluster=cluster, kind="email", target="ops, a@b.org")
     assert bad_mail.value.message_dict == {"target": ["not an email address: ops"]}
     with pytest.raises(ValidationError) as bad_event:
-        notifications.add_channel(
+        channels.add_channel(
             admin, cluster=cluster, kind="email", target="a@b.org", events=["fire"]
         )
     assert "events" in bad_event.value.message_dict
@@ -280,15 +281,15 @@ def test_managing_channels_needs_the_admin_role_and_is_audited_without_secrets(
     admin, cluster, receiver
 ) -> None:
     with pytest.raises(reviews.RoleMissing):
-        notifications.add_channel(
+        channels.add_channel(
             UserFactory(username="olga", roles=["operator"]),
             cluster=cluster,
             kind="webhook",
             target=receiver.url,
         )
     channel = webhook(admin, cluster, receiver)
-    notifications.change_channel(admin, channel, enabled=False)
-    notifications.remove_channel(admin, channel)
+    channels.change_channel(admin, channel, enabled=False)
+    channels.remove_channel(admin, channel)
     entries = AuditEntry.objects.filter(verb__startswith="notification_channel.")
     assert [e.verb for e in entries] == [
         "notification_channel.added",
@@ -345,16 +346,14 @@ def test_a_real_worker_retries_a_failed_webhook_with_backoff(receiver, settings)
     alice = UserFactory(username="alice", roles=["operator"])
     # A queue of its own: another worker on the same Redis (a parallel test) cannot take these.
     queue = f"notifications-{uuid.uuid4().hex}"
-    routes = {
-        f"recovery_console.tasks.{n}": {"queue": queue} for n in ("notify", "deliver_notification")
-    }
+    routes = {f"recovery_console.{n}": {"queue": queue} for n in ("notify", "deliver_notification")}
     app.conf.task_routes, app.conf.task_always_eager = routes, False
     reroute()
     try:
         with start_worker(
             app, pool="solo", perform_ping_check=False, shutdown_timeout=10, queues=[queue]
         ):
-            reviews.back_to_monitor(alice, cluster, "through the broker")
+            approval.back_to_monitor(alice, cluster, "through the broker")
             bodies = receiver.wait_for(2, timeout=30)
     finally:  # the worker selected its queue on the shared app: give later workers theirs
         app.conf.task_routes = None

@@ -3,8 +3,10 @@
 import pytest
 from django.test import Client
 
-from recovery_console import reviews, services
-from recovery_console.models import AuditEntry, Cluster, ModeChangeRequest, Review
+from recovery_console.console import reviews
+from recovery_console.console.models import ModeChangeRequest, Review
+from recovery_console.fleet import services
+from recovery_console.fleet.models import AuditEntry, Cluster
 from remediation.models import Advice
 from tests.factories import AdviceFactory, UserFactory, WorkloadFactory
 

@@ -8,9 +8,11 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.exceptions import PermissionDenied
 
-from recovery_console import reviews, services
-from recovery_console.events import cluster_group
-from recovery_console.models import AuditEntry, ClusterMode, ModeChangeRequest, Review
+from recovery_console.console import approval, reviews
+from recovery_console.console.models import ModeChangeRequest, Review
+from recovery_console.fleet import services
+from recovery_console.fleet.events import cluster_group
+from recovery_console.fleet.models import AuditEntry, ClusterMode
 from tests.factories import AdviceFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -246,7 +248,7 @@ def test_agreement_by_day_counts_each_advice_on_the_day_of_its_latest_label(
 
 def test_an_operator_requests_action_mode_with_the_measured_agreement(cluster, alice) -> None:
     label_many(cluster, alice, agreeing=9, disagreeing=1)
-    request = reviews.request_action_mode(alice, cluster, note="canary first")
+    request = approval.request_action_mode(alice, cluster, note="canary first")
     assert (request.status, request.agreement_rate, request.labelled, request.note) == (
         "pending",
         0.9,
@@ -258,13 +260,13 @@ def test_an_operator_requests_action_mode_with_the_measured_agreement(cluster, a
     assert entry.actor == "user:alice"
     assert entry.payload["agreement_rate"] == 0.9
     assert entry.payload["met"] is False
-    assert reviews.pending_request(cluster) == request
+    assert approval.pending_request(cluster) == request
 
 
 def test_a_second_pending_request_is_refused(cluster, alice) -> None:
-    reviews.request_action_mode(alice, cluster)
+    approval.request_action_mode(alice, cluster)
     with pytest.raises(reviews.ApprovalRefused, match="already pending"):
-        reviews.request_action_mode(alice, cluster)
+        approval.request_action_mode(alice, cluster)
     assert ModeChangeRequest.objects.count() == 1
 
 
@@ -272,20 +274,20 @@ def test_a_request_is_refused_when_the_cluster_is_already_in_action_mode(cluster
     cluster.mode = ClusterMode.ACTION
     cluster.save()
     with pytest.raises(reviews.ApprovalRefused, match="already in action mode"):
-        reviews.request_action_mode(alice, cluster)
+        approval.request_action_mode(alice, cluster)
 
 
 def test_only_an_operator_can_request_action_mode(cluster, bob) -> None:
     with pytest.raises(reviews.RoleMissing, match="needs the operator role"):
-        reviews.request_action_mode(bob, cluster)
+        approval.request_action_mode(bob, cluster)
 
 
 def test_the_requester_cannot_approve_their_own_request(cluster) -> None:
     alice = UserFactory(username="alice", roles=["operator", "reviewer", "approver"])
     label_many(cluster, alice, agreeing=50)
-    request = reviews.request_action_mode(alice, cluster)
+    request = approval.request_action_mode(alice, cluster)
     with pytest.raises(reviews.ApprovalRefused, match="second person"):
-        reviews.approve_mode_request(alice, request)
+        approval.approve_mode_request(alice, request)
     request.refresh_from_db()
     cluster.refresh_from_db()
     assert (request.status, cluster.mode) == ("pending", "monitor")
@@ -296,9 +298,9 @@ def test_the_requester_cannot_approve_their_own_request(cluster) -> None:
 
 def test_approval_is_refused_below_the_threshold(cluster, alice, bob) -> None:
     label_many(cluster, alice, agreeing=40, disagreeing=10)
-    request = reviews.request_action_mode(alice, cluster)
+    request = approval.request_action_mode(alice, cluster)
     with pytest.raises(reviews.ApprovalRefused) as refused:
-        reviews.approve_mode_request(bob, request)
+        approval.approve_mode_request(bob, request)
     assert refused.value.reason == (
         "the agreement is below the policy's threshold: reviewers agreed with 40 of 50 advices"
         " (80%) in the last 28 days; at least 90% is needed"
@@ -311,33 +313,33 @@ def test_approval_is_refused_below_the_threshold(cluster, alice, bob) -> None:
 
 def test_approval_is_refused_with_too_few_labels(cluster, alice, bob) -> None:
     label_many(cluster, alice, agreeing=49)
-    request = reviews.request_action_mode(alice, cluster)
+    request = approval.request_action_mode(alice, cluster)
     with pytest.raises(reviews.ApprovalRefused, match="only 49 advices were labelled"):
-        reviews.approve_mode_request(bob, request)
+        approval.approve_mode_request(bob, request)
 
 
 def test_an_operator_cannot_approve(cluster, alice) -> None:
     other = UserFactory(username="olga", roles=["operator"])
     label_many(cluster, alice, agreeing=50)
-    request = reviews.request_action_mode(alice, cluster)
+    request = approval.request_action_mode(alice, cluster)
     with pytest.raises(reviews.RoleMissing, match="needs the approver role"):
-        reviews.approve_mode_request(other, request)
+        approval.approve_mode_request(other, request)
     assert ModeChangeRequest.objects.get().status == "pending"
 
 
 def test_approval_measures_the_agreement_again(cluster, alice, bob) -> None:
     label_many(cluster, alice, agreeing=50)
-    request = reviews.request_action_mode(alice, cluster)
+    request = approval.request_action_mode(alice, cluster)
     assert request.agreement_rate == 1.0
     label_many(cluster, bob, agreeing=0, disagreeing=10)
     with pytest.raises(reviews.ApprovalRefused, match="50 of 60"):
-        reviews.approve_mode_request(bob, request)
+        approval.approve_mode_request(bob, request)
 
 
 def test_a_second_person_approves_and_the_cluster_moves_to_action_mode(cluster, alice, bob) -> None:
     label_many(cluster, alice, agreeing=50)
-    request = reviews.request_action_mode(alice, cluster)
-    approved = reviews.approve_mode_request(bob, request)
+    request = approval.request_action_mode(alice, cluster)
+    approved = approval.approve_mode_request(bob, request)
     cluster.refresh_from_db()
     assert cluster.mode == "action"
     assert (approved.status, approved.decided_by, approved.decided_at) == ("approved", bob, NOW)
@@ -353,15 +355,15 @@ def test_a_second_person_approves_and_the_cluster_moves_to_action_mode(cluster, 
 
 def test_a_decided_request_cannot_be_approved_again(cluster, alice, bob) -> None:
     label_many(cluster, alice, agreeing=50)
-    request = reviews.request_action_mode(alice, cluster)
-    reviews.approve_mode_request(bob, request)
+    request = approval.request_action_mode(alice, cluster)
+    approval.approve_mode_request(bob, request)
     with pytest.raises(reviews.ApprovalRefused, match="already approved"):
-        reviews.approve_mode_request(bob, request)
+        approval.approve_mode_request(bob, request)
 
 
 def test_an_approver_rejects_a_request_with_a_reason(cluster, alice, bob) -> None:
-    request = reviews.request_action_mode(alice, cluster)
-    rejected = reviews.reject_mode_request(bob, request, "wait for the canary week")
+    request = approval.request_action_mode(alice, cluster)
+    rejected = approval.reject_mode_request(bob, request, "wait for the canary week")
     assert (rejected.status, rejected.decided_by, rejected.decision_note) == (
         "rejected",
         bob,
@@ -369,29 +371,29 @@ def test_an_approver_rejects_a_request_with_a_reason(cluster, alice, bob) -> Non
     )
     entry = AuditEntry.objects.get(verb="mode_request.rejected")
     assert (entry.actor, entry.payload) == ("user:bob", {"reason": "wait for the canary week"})
-    assert reviews.pending_request(cluster) is None
-    reviews.request_action_mode(alice, cluster)  # a new request may follow
+    assert approval.pending_request(cluster) is None
+    approval.request_action_mode(alice, cluster)  # a new request may follow
 
 
 def test_the_requester_may_withdraw_but_nobody_else_without_the_approver_role(
     cluster, alice, carol
 ) -> None:
-    request = reviews.request_action_mode(alice, cluster)
+    request = approval.request_action_mode(alice, cluster)
     with pytest.raises(reviews.RoleMissing):
-        reviews.reject_mode_request(carol, request, "no")
-    assert reviews.reject_mode_request(alice, request, "asked too early").status == "rejected"
+        approval.reject_mode_request(carol, request, "no")
+    assert approval.reject_mode_request(alice, request, "asked too early").status == "rejected"
 
 
 def test_a_rejection_needs_a_reason(cluster, alice, bob) -> None:
-    request = reviews.request_action_mode(alice, cluster)
+    request = approval.request_action_mode(alice, cluster)
     with pytest.raises(reviews.ApprovalRefused, match="say why"):
-        reviews.reject_mode_request(bob, request, "  ")
+        approval.reject_mode_request(bob, request, "  ")
 
 
 def test_back_to_monitor_is_immediate_for_any_operator(cluster, alice) -> None:
     cluster.mode = ClusterMode.ACTION
     cluster.save()
-    returned = reviews.back_to_monitor(alice, cluster, "the canary misbehaved")
+    returned = approval.back_to_monitor(alice, cluster, "the canary misbehaved")
     assert returned.mode == "monitor"
     entry = AuditEntry.objects.get(verb="cluster.mode_changed")
     assert (entry.actor, entry.payload) == (
@@ -401,13 +403,13 @@ def test_back_to_monitor_is_immediate_for_any_operator(cluster, alice) -> None:
 
 
 def test_back_to_monitor_in_monitor_mode_changes_nothing(cluster, alice) -> None:
-    assert reviews.back_to_monitor(alice, cluster, "just in case").mode == "monitor"
+    assert approval.back_to_monitor(alice, cluster, "just in case").mode == "monitor"
     assert "cluster.mode_changed" not in verbs()
 
 
 def test_back_to_monitor_needs_the_operator_role(cluster, bob) -> None:
     with pytest.raises(reviews.RoleMissing):
-        reviews.back_to_monitor(bob, cluster, "")
+        approval.back_to_monitor(bob, cluster, "")
 
 
 def test_pages_of_the_cluster_hear_of_a_mode_change_after_the_commit(
@@ -417,9 +419,9 @@ def test_pages_of_the_cluster_hear_of_a_mode_change_after_the_commit(
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(layer.group_add)(cluster_group(cluster.pk), channel)
     label_many(cluster, alice, agreeing=50)
-    request = reviews.request_action_mode(alice, cluster)
+    request = approval.request_action_mode(alice, cluster)
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        reviews.approve_mode_request(bob, request)
+        approval.approve_mode_request(bob, request)
     assert len(callbacks) >= 1
     event = async_to_sync(layer.receive)(channel)
     async_to_sync(layer.group_discard)(cluster_group(cluster.pk), channel)

@@ -3,9 +3,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from detection.telemetry import ClusterSnapshot, JobState, NodeRecord, NodeState
-from recovery_console import services
-from recovery_console.models import Attempt, AttemptIsHistory, AuditEntry, Node, Workload
+from recovery_console.fleet import services
+from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState, NodeRecord, NodeState
+from recovery_console.fleet.models import Attempt, AttemptIsHistory, AuditEntry, Node, Workload
 from tests.factories import JobRecordFactory
 
 pytestmark = pytest.mark.django_db

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from detection.models import Anomaly, AnomalyFamily, SourceCursor
-from detection.services import scan_cluster
-from recovery_console import services
-from recovery_console.simulation import SimulationRunner
+from detection.scan import scan_cluster
+from recovery_console.demo.runner import SimulationRunner
+from recovery_console.fleet import services
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -4,7 +4,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from detection.progress import InvalidProgressPattern, compile_progress_pattern, parse_progress
+from detection.core.progress import (
+    InvalidProgressPattern,
+    compile_progress_pattern,
+    parse_progress,
+)
 
 MEGATRON = (
     " [2024-05-01 12:00:00] iteration      100/  500000 | consumed samples:        51200 | "

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from detection.diagnosis import DiagnosisContext, diagnose_bytes
+from detection.core.context import DiagnosisContext
+from detection.core.diagnosis import diagnose_bytes
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 CASES: list[dict[str, Any]] = json.loads((LOGS / "expected.json").read_text())["cases"]

@@ -7,12 +7,13 @@ import pytest
 from django.core.exceptions import ValidationError
 from django_celery_beat.models import PeriodicTask
 
+from detection import scan
 from detection import services as detection
 from detection.models import Anomaly, AttemptMonitor, SourceCursor
-from detection.telemetry import ClusterSnapshot, JobState
-from recovery_console import services
-from recovery_console.models import AuditEntry
-from recovery_console.tasks import dispatch_cycles
+from recovery_console.console.tasks import dispatch_cycles
+from recovery_console.fleet import services
+from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState
+from recovery_console.fleet.models import AuditEntry
 from tests.factories import JobRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -44,21 +45,21 @@ def append(path: Path, text: str) -> None:
 def test_a_restarted_scan_neither_loses_nor_repeats_lines(site) -> None:
     cluster, output, _ = site
     append(output, "".join(PROGRESS.format(n=n) for n in range(1, 4)))
-    first = detection.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    first = scan.scan_cluster(cluster, T0 + timedelta(minutes=1))
     append(output, PROGRESS.format(n=4) + "half a line without its newline")
-    second = detection.scan_cluster(cluster, T0 + timedelta(minutes=2))  # fresh sources: a restart
+    second = scan.scan_cluster(cluster, T0 + timedelta(minutes=2))  # fresh sources: a restart
     assert (first.lines, second.lines) == (3, 1)
     monitor = AttemptMonitor.objects.get()
     assert (monitor.lines_seen, monitor.last_step) == (4, 4)
-    assert detection.scan_cluster(cluster, T0 + timedelta(minutes=3)).lines == 0
+    assert scan.scan_cluster(cluster, T0 + timedelta(minutes=3)).lines == 0
 
 
 def test_a_crash_in_the_output_file_becomes_one_anomaly_however_often_it_repeats(site) -> None:
     cluster, output, _ = site
     append(output, PROGRESS.format(n=1) + CUDA_ECC * 50)
-    summary = detection.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    summary = scan.scan_cluster(cluster, T0 + timedelta(minutes=1))
     append(output, CUDA_ECC * 50)
-    detection.scan_cluster(cluster, T0 + timedelta(minutes=2))
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=2))
     anomaly = Anomaly.objects.get()
     assert summary.new_anomalies == 1
     assert (anomaly.kind, anomaly.category) == ("crash", "gpu_hardware")
@@ -69,17 +70,17 @@ def test_a_crash_in_the_output_file_becomes_one_anomaly_however_often_it_repeats
 def test_a_missing_log_directory_marks_the_source_unhealthy_and_keeps_its_cursor(site) -> None:
     cluster, output, _ = site
     append(output, PROGRESS.format(n=1))
-    detection.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=1))
     cursor = SourceCursor.objects.get(source="job-files").cursor
     renamed = output.parent.rename(output.parent.with_name("moved"))
-    summary = detection.scan_cluster(cluster, T0 + timedelta(minutes=2))
+    summary = scan.scan_cluster(cluster, T0 + timedelta(minutes=2))
     row = SourceCursor.objects.get(source="job-files")
     assert summary.failed_sources and "missing or not readable" in summary.failed_sources[0]
     assert (row.healthy, row.cursor) == (False, cursor)
     assert "missing or not readable" in row.last_error
     renamed.rename(output.parent)
     append(output, PROGRESS.format(n=2))
-    assert detection.scan_cluster(cluster, T0 + timedelta(minutes=3)).lines == 1
+    assert scan.scan_cluster(cluster, T0 + timedelta(minutes=3)).lines == 1
     assert SourceCursor.objects.get(source="job-files").healthy
 
 
@@ -87,11 +88,11 @@ def test_lines_read_before_the_scheduler_reports_their_job_are_kept_for_it(site)
     cluster, output, _ = site
     early = output.with_name("slurm-9002.out")
     append(early, PROGRESS.format(n=1) + CUDA_ECC)
-    detection.scan_cluster(cluster, T0 + timedelta(seconds=10))
+    scan.scan_cluster(cluster, T0 + timedelta(seconds=10))
     assert not Anomaly.objects.exists()
     job = JobRecordFactory(job_id="9002", start_time=T0)
     services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
-    detection.scan_cluster(cluster, T0 + timedelta(seconds=20))
+    scan.scan_cluster(cluster, T0 + timedelta(seconds=20))
     assert Anomaly.objects.get().attempt.job_id == "9002"
 
 
@@ -101,7 +102,7 @@ def test_a_failed_job_with_a_silent_log_is_still_an_interruption(site) -> None:
         **{**job.__dict__, "state": JobState.FAILED, "exit_code": 1, "end_time": T0}
     )
     services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (failed,), ()))
-    detection.scan_cluster(cluster, T0 + timedelta(seconds=5))
+    scan.scan_cluster(cluster, T0 + timedelta(seconds=5))
     anomaly = Anomaly.objects.get()
     assert (anomaly.kind, anomaly.confidence_label, anomaly.root_cause) == (
         "crash",
@@ -113,9 +114,9 @@ def test_a_failed_job_with_a_silent_log_is_still_an_interruption(site) -> None:
 def test_a_hung_job_is_found_when_its_progress_stops(site) -> None:
     cluster, output, _ = site
     append(output, "".join(PROGRESS.format(n=n) for n in range(1, 30)))
-    detection.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=1))
     assert not Anomaly.objects.exists()
-    detection.scan_cluster(cluster, T0 + timedelta(hours=1))
+    scan.scan_cluster(cluster, T0 + timedelta(hours=1))
     anomaly = Anomaly.objects.get()
     assert (anomaly.kind, anomaly.root_cause) == ("hang", "hang:no-progress")
 
@@ -137,14 +138,14 @@ def test_custom_signatures_are_validated_and_used(site) -> None:
     assert detection.detection_settings_of(cluster).signatures == []
     detection.update_detection_settings("user:bob", cluster, signatures=[spec])
     append(output, "GPFS: fence lost on gpu-node-002\n")
-    detection.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=1))
     assert Anomaly.objects.get().category == "filesystem_io"
     assert AuditEntry.objects.filter(verb="detection.settings_changed").exists()
 
 
 def test_beat_runs_the_dispatcher_and_each_cluster_is_claimed_once_per_interval(site) -> None:
     cluster, _, _ = site
-    assert PeriodicTask.objects.filter(task="recovery_console.tasks.dispatch_cycles").exists()
+    assert PeriodicTask.objects.filter(task="recovery_console.dispatch_cycles").exists()
     now = T0 + timedelta(hours=1)
     assert detection.claim_due_scans(now) == [cluster.pk]
     assert detection.claim_due_scans(now + timedelta(seconds=1)) == []

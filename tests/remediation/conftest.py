@@ -2,10 +2,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from detection.services import ScanSummary, record_interruption
-from detection.telemetry import ClusterSnapshot, NodeRecord, NodeState
-from recovery_console import services
-from recovery_console.models import Attempt
+from detection.anomalies import record_interruption
+from detection.core.interruption import Confidence, Evidence, Interruption
+from recovery_console.fleet import services
+from recovery_console.fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
+from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from recovery_console.fleet.models import Attempt
 from tests.factories import JobRecordFactory
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -38,19 +40,20 @@ def anomaly_on(
     root_cause="nvrm_xid:n2",
     at=T0,
 ):
-    return record_interruption(
+    anomaly, _ = record_interruption(
         attempt,
+        Interruption(
+            kind=Kind.CRASH,
+            category=Category(category),
+            attribution=Attribution(attribution),
+            confidence=Confidence(0.95, ConfidenceLabel(label)),
+            hosts=tuple(hosts),
+            root_cause=root_cause,
+            summary="Xid 79 on n2",
+            explanation="Xid 79 on n2",
+            evidence=(Evidence(text="NVRM: Xid (PCI:0000:3b:00): 79", host="n2"),),
+            first_evidence_at=at,
+        ),
         at,
-        kind="crash",
-        category=category,
-        attribution=attribution,
-        confidence=(0.95, label),
-        hosts=list(hosts),
-        root_cause=root_cause,
-        summary="Xid 79 on n2",
-        explanation="Xid 79 on n2",
-        evidence=[{"source": "log", "text": "NVRM: Xid (PCI:0000:3b:00): 79", "host": "n2"}],
-        first_evidence_at=at,
-        occurrences=1,
-        summary_out=ScanSummary(),
     )
+    return anomaly

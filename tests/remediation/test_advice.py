@@ -2,8 +2,8 @@ from datetime import timedelta
 
 import pytest
 
-from recovery_console import services as console
-from recovery_console.models import AuditEntry, ClusterMode
+from recovery_console.fleet import services as console
+from recovery_console.fleet.models import AuditEntry, ClusterMode
 from remediation import services
 from remediation.models import Advice, AdviceState, Milestone, NodeHealth
 from tests.remediation.conftest import T0, anomaly_on, running_attempt
@@ -152,7 +152,7 @@ def test_releasing_a_node_needs_a_reason_and_is_audited(cluster) -> None:
 def test_time_to_resume_is_recorded_when_the_next_attempt_runs(cluster) -> None:
     from dataclasses import replace
 
-    from detection.telemetry import ClusterSnapshot, JobState
+    from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState
     from tests.factories import JobRecordFactory
 
     job = JobRecordFactory(job_id="300", comment='{"workload": "gpt"}')

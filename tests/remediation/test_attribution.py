@@ -1,4 +1,4 @@
-from remediation.attribution import AnomalyView, attribute
+from remediation.core.attribution import AnomalyView, attribute
 
 XID = AnomalyView(
     kind="crash",

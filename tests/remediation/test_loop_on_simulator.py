@@ -5,10 +5,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from detection.services import scan_cluster
-from recovery_console import services
-from recovery_console.models import Attempt, ClusterMode
-from recovery_console.simulation import SimulationRunner
+from detection.scan import scan_cluster
+from recovery_console.demo.runner import SimulationRunner
+from recovery_console.fleet import services
+from recovery_console.fleet.models import Attempt, ClusterMode
 from remediation.models import Advice, Milestone
 from remediation.services import advise_cluster
 

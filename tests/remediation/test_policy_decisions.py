@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remediation.policy import (
+from remediation.core.policy import (
     Action,
     History,
     Incident,

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remediation.policy import InvalidPolicy, Limits, Policy, parse_policy
+from remediation.core.policy import InvalidPolicy, Limits, Policy, parse_policy
 
 
 def test_an_empty_document_gives_the_defaults() -> None:

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from detection.services import scan_cluster
-from recovery_console import services
-from recovery_console.models import AuditEntry, ClusterMode
-from recovery_console.simulation import SimulationRunner
+from detection.scan import scan_cluster
+from recovery_console.demo.runner import SimulationRunner
+from recovery_console.demo.slurm import SimulatedSlurm
+from recovery_console.fleet import services
+from recovery_console.fleet.models import AuditEntry, ClusterMode
 from remediation.controller.reconciler import AdvisorUnavailable, Controller
-from remediation.controller.simulated import SimulatedSlurm
 from remediation.controller.transport import TransportError
 from remediation.controller.watchdog import Watchdog
 from remediation.local_advisor import LocalAdvisor, controller_token_for

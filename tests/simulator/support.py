@@ -6,7 +6,8 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 
-from detection.telemetry import JobRecord, JobState, LogLine, NodeRecord
+from detection.core.telemetry import LogLine
+from recovery_console.fleet.core.scheduler import JobRecord, JobState, NodeRecord
 from recovery_console.simulator import PartitionSpec, SimulatedCluster, SimulationConfig
 
 QUIET = SimulationConfig(

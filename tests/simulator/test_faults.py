@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from detection.telemetry import TERMINAL_JOB_STATES, JobState, LogLine, NodeRecord, NodeState
+from detection.core.telemetry import LogLine
+from recovery_console.fleet.core.scheduler import (
+    TERMINAL_JOB_STATES,
+    JobState,
+    NodeRecord,
+    NodeState,
+)
 from recovery_console.simulator import (
     ENTRIES,
     FaultEntry,

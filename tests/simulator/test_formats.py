@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from detection.telemetry import JobState
+from recovery_console.fleet.core.scheduler import JobState
 from recovery_console.simulator import SimulatedCluster, SimulationConfig
 from recovery_console.simulator.textgen import Voice, deepspeed_step, hf_logs, megatron_iteration
 

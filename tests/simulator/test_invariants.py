@@ -9,7 +9,8 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from detection.telemetry import ClusterSnapshot, JobState, LogLine, NodeState
+from detection.core.telemetry import LogLine
+from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState, NodeState
 from recovery_console.simulator import SchedulerError, SimulatedCluster, SimulationConfig
 
 ACTIONS = ("wait", "requeue", "exclude", "release", "cancel", "drain", "resume", "submit")

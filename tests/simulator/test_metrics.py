@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from statistics import median
 
-from detection.telemetry import JobState, MetricSample
+from detection.core.telemetry import MetricSample
+from recovery_console.fleet.core.scheduler import JobState
 from recovery_console.simulator import SimulatedCluster
 
 from .support import advance_until, job, quiet_cluster, start_training

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from detection.telemetry import JobState
+from recovery_console.fleet.core.scheduler import JobState
 
 from .support import advance_until, job, quiet_cluster, start_training, texts
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from detection.telemetry import JobState, NodeRecord, NodeState
+from recovery_console.fleet.core.scheduler import JobState, NodeRecord, NodeState
 from recovery_console.simulator import SchedulerError
 
 from .support import advance_until, job, node, quiet_cluster, start_training, texts

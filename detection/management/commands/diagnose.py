@@ -14,8 +14,10 @@ from typing import Any, BinaryIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from detection.diagnosis import DecodeReport, DiagnosisContext, diagnose_bytes
-from detection.signatures import InvalidSignature, SignatureLibrary, build_library
+from detection.core.context import DiagnosisContext
+from detection.core.decoding import DecodeReport
+from detection.core.diagnosis import diagnose_bytes
+from detection.core.signatures import InvalidSignature, SignatureLibrary, build_library
 
 # The end of a log holds the failure; past this size only the last part is read.
 MAX_INPUT_BYTES = 512 * 1024 * 1024

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from recovery_console.models import Cluster
+from recovery_console.fleet.models import Cluster
 from remediation.controller.factory import http_advisor_from, slurm_from
 from remediation.controller.reconciler import Advisor
 from remediation.controller.slurm import SlurmClient

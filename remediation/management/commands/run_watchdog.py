@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections
 
 from remediation.controller.watchdog import Watchdog
-from remediation.policy import parse_policy
+from remediation.core.policy import parse_policy
 
 from ._connection import add_connection_arguments, connect
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from django.db import connection
 
-from recovery_console import audit
-from recovery_console.models import AuditEntry
+from recovery_console.fleet import audit
+from recovery_console.fleet.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
 

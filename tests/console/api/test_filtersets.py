@@ -7,16 +7,11 @@ import pytest
 from django.http import QueryDict
 
 from detection.models import Anomaly
-from recovery_console import audit, reviews, services
-from recovery_console.api import filtersets as f
-from recovery_console.models import (
-    Attempt,
-    AuditEntry,
-    ModeChangeRequest,
-    Node,
-    Review,
-    Workload,
-)
+from recovery_console.console import approval, reviews
+from recovery_console.console.api import filtersets as f
+from recovery_console.console.models import ModeChangeRequest, Review
+from recovery_console.fleet import audit, services
+from recovery_console.fleet.models import Attempt, AuditEntry, Node, Workload
 from remediation.models import Advice, NodeHealth
 from tests.console.api.conftest import T0, advice_on
 from tests.factories import AdviceFactory, NodeFactory
@@ -115,7 +110,7 @@ def test_reviews_filter_by_reviewer_and_verdict(cluster, people) -> None:
 
 
 def test_mode_requests_filter_by_status(cluster, people) -> None:
-    request = reviews.request_action_mode(people["olga"], cluster)
+    request = approval.request_action_mode(people["olga"], cluster)
     qs = ModeChangeRequest.objects.all()
     assert list(filtered(f.ModeChangeRequestFilterSet, {"status": "pending"}, qs)) == [request]
     assert list(filtered(f.ModeChangeRequestFilterSet, {"status": "approved"}, qs)) == []

@@ -3,7 +3,7 @@
 import pytest
 from rest_framework.test import APIClient
 
-from recovery_console.models import AuditEntry
+from recovery_console.fleet.models import AuditEntry
 from remediation.services import issue_controller_token
 
 pytestmark = pytest.mark.django_db

@@ -4,8 +4,9 @@ releasing nodes. Each answer is checked for its status and its body."""
 import pytest
 from django.contrib.auth import get_user_model
 
-from recovery_console import reviews
-from recovery_console.models import AuditEntry, Cluster, ClusterMode, ModeChangeRequest, Review
+from recovery_console.console import approval, reviews
+from recovery_console.console.models import ModeChangeRequest, Review
+from recovery_console.fleet.models import AuditEntry, Cluster, ClusterMode
 from remediation.models import NodeHealth
 from tests.console.api.conftest import T0, advice_on
 from tests.factories import NodeFactory
@@ -129,7 +130,7 @@ def test_a_second_request_is_a_conflict(api, cluster) -> None:
 
 def test_an_approver_approves_and_the_cluster_acts(api, cluster, people) -> None:
     labelled(cluster, people, 50)
-    request = reviews.request_action_mode(people["olga"], cluster)
+    request = approval.request_action_mode(people["olga"], cluster)
     response = api("bob").post(f"/api/v1/mode-requests/{request.pk}/approve/")
     assert response.status_code == 200
     body = response.json()
@@ -140,7 +141,7 @@ def test_an_approver_approves_and_the_cluster_acts(api, cluster, people) -> None
 
 def test_an_operator_cannot_approve(api, cluster, people) -> None:
     labelled(cluster, people, 50)
-    request = reviews.request_action_mode(people["alice"], cluster)
+    request = approval.request_action_mode(people["alice"], cluster)
     response = api("olga").post(f"/api/v1/mode-requests/{request.pk}/approve/")
     assert response.status_code == 403
     assert response.json() == {"detail": "this needs the approver role"}
@@ -150,7 +151,7 @@ def test_an_operator_cannot_approve(api, cluster, people) -> None:
 def test_an_approver_cannot_approve_their_own_request(api, cluster, people) -> None:
     people["bob"].groups.add(*people["olga"].groups.all())  # bob is an operator too now
     labelled(cluster, people, 50)
-    request = reviews.request_action_mode(get_user_model().objects.get(username="bob"), cluster)
+    request = approval.request_action_mode(get_user_model().objects.get(username="bob"), cluster)
     response = api("bob").post(f"/api/v1/mode-requests/{request.pk}/approve/")
     assert response.status_code == 409
     assert response.json() == {
@@ -162,7 +163,7 @@ def test_an_approver_cannot_approve_their_own_request(api, cluster, people) -> N
 
 def test_approval_below_the_threshold_is_a_conflict_with_the_reason(api, cluster, people) -> None:
     labelled(cluster, people, 10)
-    request = reviews.request_action_mode(people["olga"], cluster)
+    request = approval.request_action_mode(people["olga"], cluster)
     response = api("bob").post(f"/api/v1/mode-requests/{request.pk}/approve/")
     assert response.status_code == 409
     assert response.json() == {
@@ -173,7 +174,7 @@ def test_approval_below_the_threshold_is_a_conflict_with_the_reason(api, cluster
 
 
 def test_an_approver_rejects_with_a_reason(api, cluster, people) -> None:
-    request = reviews.request_action_mode(people["olga"], cluster)
+    request = approval.request_action_mode(people["olga"], cluster)
     missing = api("bob").post(f"/api/v1/mode-requests/{request.pk}/reject/", {})
     assert missing.status_code == 400
     assert missing.json() == {"reason": ["This field is required."]}
@@ -188,7 +189,7 @@ def test_an_approver_rejects_with_a_reason(api, cluster, people) -> None:
 
 
 def test_a_viewer_cannot_reject(api, cluster, people) -> None:
-    request = reviews.request_action_mode(people["olga"], cluster)
+    request = approval.request_action_mode(people["olga"], cluster)
     response = api("carol").post(f"/api/v1/mode-requests/{request.pk}/reject/", {"reason": "no"})
     assert response.status_code == 403
     assert response.json() == {
@@ -197,7 +198,7 @@ def test_a_viewer_cannot_reject(api, cluster, people) -> None:
 
 
 def test_mode_requests_are_listed_for_viewers(api, cluster, people) -> None:
-    reviews.request_action_mode(people["olga"], cluster)
+    approval.request_action_mode(people["olga"], cluster)
     response = api("carol").get("/api/v1/mode-requests/", {"status": "pending"})
     assert response.status_code == 200
     assert [r["requested_by"] for r in response.json()["results"]] == ["olga"]

@@ -1,7 +1,12 @@
 from datetime import UTC, datetime, timedelta
 
-from detection.detectors.hang import HangSettings, ProgressTracker, allowed_silence, check_hang
-from detection.progress import Progress
+from detection.core.detectors.hang import (
+    HangSettings,
+    ProgressTracker,
+    allowed_silence,
+    check_hang,
+)
+from detection.core.progress import Progress
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 SETTINGS = HangSettings(interval_multiple=6, floor_seconds=120, startup_grace_seconds=600)

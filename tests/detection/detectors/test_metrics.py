@@ -1,7 +1,7 @@
 from datetime import UTC, datetime
 
-from detection.detectors.metrics import detect_metric_faults, read_scrape
-from detection.telemetry import MetricSample
+from detection.core.detectors.gpu_faults import detect_metric_faults, read_scrape
+from detection.core.telemetry import MetricSample
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

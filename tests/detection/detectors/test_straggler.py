@@ -1,12 +1,12 @@
 from datetime import UTC, datetime, timedelta
 
-from detection.detectors.straggler import (
+from detection.core.detectors.straggler import (
     StragglerSettings,
     ThroughputHistory,
     check_straggler,
     outlier_nodes,
 )
-from detection.telemetry import MetricSample
+from detection.core.telemetry import MetricSample
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 SETTINGS = StragglerSettings(baseline_samples=20, window_samples=5, drop_fraction=0.2)

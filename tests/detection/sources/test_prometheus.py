@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from detection.core.telemetry import MetricSample
 from detection.sources.base import SourceUnavailable
 from detection.sources.prometheus import (
     XID_METRIC,
@@ -19,7 +20,6 @@ from detection.sources.prometheus import (
     PrometheusSource,
     vanished_series,
 )
-from detection.telemetry import MetricSample
 from tests.detection.sources.prom_support import PrometheusLab
 from tests.detection.sources.replay import ReplayServer, Reply, fixture_bytes
 

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 from rest_framework.test import APIClient
 
-from recovery_console.models import Attempt, ClusterMode, Node
+from recovery_console.fleet.models import Attempt, ClusterMode, Node
 from remediation import services
 from remediation.models import Advice, Milestone
 from tests.remediation.conftest import T0, anomaly_on, running_attempt
@@ -77,7 +77,7 @@ def test_a_malformed_snapshot_is_refused_with_the_reason_and_records_nothing(
 
 
 def test_a_token_for_one_cluster_gets_403_on_another(cluster, controller) -> None:
-    from recovery_console import services as console
+    from recovery_console.fleet import services as console
 
     console.create_cluster("user:alice", "other")
     response = controller.get("/api/v1/advisor/other/advice?active=true")

@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from detection.services import scan_cluster
-from recovery_console import services as console
-from recovery_console.models import Attempt, ClusterMode
+from detection.scan import scan_cluster
+from recovery_console.fleet import services as console
+from recovery_console.fleet.models import Attempt, ClusterMode
 from remediation import services
 from remediation.controller.advisor_http import HttpAdvisor
 from remediation.controller.reconciler import Controller

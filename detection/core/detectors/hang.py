@@ -1,0 +1,148 @@
+"""Hang detection: a running job that stops making progress, or whose GPUs all go idle.
+
+A job hangs when no new progress arrives for longer than max(k × its smoothed interval between
+progress reports, a floor). Start-up and checkpoint saves get their own grace, because both
+legitimately pause progress for minutes. The tracker is a frozen value the caller stores
+between cycles, so detection survives a restart of the process that runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from detection.core.interruption import Confidence, Evidence, Interruption
+from detection.core.progress import Progress
+from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+
+CHECKPOINT_MARKERS = ("saving checkpoint", "save_checkpoint", "Saving model checkpoint")
+# Silence supports a hang but never establishes one: the job may be busy in a way it does not log.
+HANG_CONFIDENCE = Confidence(0.6, ConfidenceLabel.SUPPORTED)
+
+
+@dataclass(frozen=True)
+class HangSettings:
+    """Per-cluster knobs (editable at runtime through the cluster's detector settings)."""
+
+    interval_multiple: float = 6.0
+    floor_seconds: float = 180.0
+    startup_grace_seconds: float = 1800.0
+    checkpoint_grace_seconds: float = 1200.0
+    idle_gpu_seconds: float = 180.0
+    idle_utilisation: float = 5.0
+    smoothing: float = 0.2
+
+
+@dataclass(frozen=True)
+class ProgressTracker:
+    """What we know of one attempt's progress so far."""
+
+    started_at: datetime
+    last_step: int | None = None
+    last_progress_at: datetime | None = None
+    interval_seconds: float | None = None
+    reports: int = 0
+    checkpoint_since: datetime | None = None
+    gpus_idle_since: datetime | None = None
+    last_line: str = ""
+
+    def observe(
+        self, at: datetime, progress: Progress, text: str, smoothing: float
+    ) -> ProgressTracker:
+        """A progress report arrived. Repeats of the same step (one per rank) are not progress."""
+        if progress.step is not None and progress.step == self.last_step:
+            return self
+        interval = self.interval_seconds
+        if self.last_progress_at is not None and at > self.last_progress_at:
+            gap = (at - self.last_progress_at).total_seconds()
+            interval = gap if interval is None else (1 - smoothing) * interval + smoothing * gap
+        return replace(
+            self,
+            last_step=progress.step,
+            last_progress_at=at,
+            interval_seconds=interval,
+            reports=self.reports + 1,
+            checkpoint_since=None,
+            last_line=text[:500],
+        )
+
+    def observe_line(self, at: datetime, text: str) -> ProgressTracker:
+        """Notice checkpoint saves, which pause progress without being a hang."""
+        if self.checkpoint_since is None and any(m in text for m in CHECKPOINT_MARKERS):
+            return replace(self, checkpoint_since=at)
+        return self
+
+    def observe_gpus(
+        self, at: datetime, utilisations: list[float], settings: HangSettings
+    ) -> ProgressTracker:
+        """Track since when every GPU of the job has been idle (empty list: no data, no change)."""
+        if not utilisations:
+            return self
+        idle = max(utilisations) < settings.idle_utilisation
+        if not idle:
+            return replace(self, gpus_idle_since=None)
+        return self if self.gpus_idle_since else replace(self, gpus_idle_since=at)
+
+
+def allowed_silence(tracker: ProgressTracker, settings: HangSettings) -> float:
+    """How long this job may go without progress before we call it hung, in seconds."""
+    if tracker.last_progress_at is None:
+        return settings.startup_grace_seconds
+    smoothed = (tracker.interval_seconds or 0.0) * settings.interval_multiple
+    allowed = max(smoothed, settings.floor_seconds)
+    if tracker.checkpoint_since is not None:
+        allowed = max(allowed, settings.checkpoint_grace_seconds)
+    return allowed
+
+
+def check_hang(
+    job_id: str, tracker: ProgressTracker, now: datetime, settings: HangSettings
+) -> Interruption | None:
+    """A hang when the job has been silent, or its GPUs idle, for too long."""
+    silent_since = tracker.last_progress_at or tracker.started_at
+    allowed = allowed_silence(tracker, settings)
+    if now - silent_since > timedelta(seconds=allowed):
+        return _no_progress(job_id, tracker, silent_since, allowed)
+    idle_since = tracker.gpus_idle_since
+    if idle_since and now - idle_since > timedelta(seconds=settings.idle_gpu_seconds):
+        return _idle_gpus(job_id, idle_since, settings)
+    return None
+
+
+def _no_progress(
+    job_id: str, tracker: ProgressTracker, since: datetime, allowed: float
+) -> Interruption:
+    if tracker.last_progress_at is None:
+        what = f"no progress line within {allowed:.0f} s of the start"
+    else:
+        what = f"no progress since step {tracker.last_step} for more than {allowed:.0f} s"
+    evidence = Evidence(
+        at=since, source="log", text=tracker.last_line or what, signature="progress"
+    )
+    return _hang(job_id, "hang:no-progress", since, what, evidence)
+
+
+def _idle_gpus(job_id: str, since: datetime, settings: HangSettings) -> Interruption:
+    text = f"every GPU of the job below {settings.idle_utilisation:g}% utilisation since {since}"
+    evidence = Evidence(at=since, source="metrics", text=text, signature="gpus_idle")
+    return _hang(
+        job_id, "hang:idle-gpus", since, "all GPUs idle while the job is running", evidence
+    )
+
+
+def _hang(
+    job_id: str, root_cause: str, since: datetime, summary: str, evidence: Evidence
+) -> Interruption:
+    return Interruption(
+        kind=Kind.HANG,
+        category=Category.NCCL_TIMEOUT_HANG,
+        # Silence says nothing of who is to blame.
+        attribution=Attribution.NONE,
+        confidence=HANG_CONFIDENCE,
+        root_cause=root_cause,
+        summary=summary,
+        explanation=summary,
+        evidence=(evidence,),
+        first_evidence_at=since,
+        job_id=job_id,
+    )

@@ -1,0 +1,166 @@
+"""Straggler detection: a sustained throughput drop against the job's own recent baseline, and
+the node whose GPU metrics are a robust outlier among the job's nodes.
+
+Throughput comes from the job's progress lines (its own unit, higher is faster); the node is
+named only when its metrics set it apart (median absolute deviation across the job's nodes),
+so a slowdown shared by every node names none.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from detection.core.interruption import Confidence, Evidence, Interruption
+from detection.core.telemetry import Dcgm, MetricSample
+from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+
+# Metrics that fall on a slow GPU (clocks, power, SM activity); a throttled GPU shows low values.
+OUTLIER_METRICS = (Dcgm.SM_CLOCK, Dcgm.POWER_USAGE, Dcgm.SM_ACTIVE)
+THROTTLE_METRIC = Dcgm.CLOCK_THROTTLE_REASONS
+# Thermal and power-brake bits of the throttle reasons (not the idle or app-clock bits).
+SLOWDOWN_BITS = 0x08 | 0x20 | 0x40 | 0x80
+# A throttled GPU counts when its clock is below this share of the job's fastest GPU.
+CLOCK_SHORTFALL = 0.85
+
+
+@dataclass(frozen=True)
+class StragglerSettings:
+    """Per-cluster knobs."""
+
+    baseline_samples: int = 20
+    window_samples: int = 5
+    drop_fraction: float = 0.20
+    outlier_score: float = 3.5
+
+
+@dataclass(frozen=True)
+class ThroughputHistory:
+    """Recent throughput reports of one attempt (oldest first), bounded."""
+
+    values: tuple[float, ...] = ()
+    times: tuple[datetime, ...] = ()
+
+    def add(self, at: datetime, value: float, settings: StragglerSettings) -> ThroughputHistory:
+        keep = settings.baseline_samples + settings.window_samples
+        return replace(self, values=(*self.values, value)[-keep:], times=(*self.times, at)[-keep:])
+
+
+def throughput_drop(
+    history: ThroughputHistory, settings: StragglerSettings
+) -> tuple[float, float] | None:
+    """(baseline, recent) when every one of the last window's reports is below the baseline by
+    more than the drop fraction; None otherwise or while there is too little history."""
+    window = settings.window_samples
+    if len(history.values) < window + max(3, window):
+        return None
+    baseline = statistics.median(history.values[:-window])
+    recent = history.values[-window:]
+    if baseline <= 0 or max(recent) >= baseline * (1 - settings.drop_fraction):
+        return None
+    return baseline, statistics.median(recent)
+
+
+def outlier_nodes(
+    samples: Iterable[MetricSample], nodes: Iterable[str], settings: StragglerSettings
+) -> dict[str, str]:
+    """Nodes of the job holding a GPU that is slow compared with the job's other GPUs, with
+    why. GPUs, not nodes, are compared, so a two-node job still has a crowd to compare with."""
+    per_gpu = _per_gpu(samples, set(nodes))
+    reasons: dict[str, str] = {}
+    for metric in OUTLIER_METRICS:
+        values = {key: readings[metric] for key, readings in per_gpu.items() if metric in readings}
+        for (host, gpu), score in sorted(_low_outliers(values, settings.outlier_score).items()):
+            reasons.setdefault(
+                host,
+                f"GPU {gpu} {metric} {values[(host, gpu)]:.0f} is {score:.1f} MADs below "
+                "the job's other GPUs",
+            )
+    for (host, _gpu), why in _throttled(per_gpu).items():
+        reasons[host] = f"{reasons[host]}; {why}" if host in reasons else why
+    return reasons
+
+
+def _throttled(per_gpu: dict[GpuKey, dict[str, float]]) -> dict[GpuKey, str]:
+    """GPUs reporting thermal or power slowdown while clocked well below the job's fastest GPU:
+    the evidence that still works when a whole node of a two-node job is slow."""
+    clocks = [r[Dcgm.SM_CLOCK] for r in per_gpu.values() if Dcgm.SM_CLOCK in r]
+    fastest = max(clocks, default=0.0)
+    found: dict[GpuKey, str] = {}
+    for (host, gpu), readings in sorted(per_gpu.items()):
+        bits = int(readings.get(THROTTLE_METRIC, 0)) & SLOWDOWN_BITS
+        clock = readings.get(Dcgm.SM_CLOCK, fastest)
+        if bits and clock < fastest * CLOCK_SHORTFALL and host not in {h for h, _ in found}:
+            found[(host, gpu)] = (
+                f"GPU {gpu} reports thermal/power slowdown (reasons 0x{bits:x}) at "
+                f"{clock:.0f} MHz, against {fastest:.0f} MHz on the job's fastest GPU"
+            )
+    return found
+
+
+GpuKey = tuple[str, int]
+
+
+def _per_gpu(samples: Iterable[MetricSample], nodes: set[str]) -> dict[GpuKey, dict[str, float]]:
+    readings: dict[GpuKey, dict[str, float]] = defaultdict(dict)
+    for sample in samples:
+        if sample.host in nodes:
+            readings[(sample.host, sample.gpu)][sample.name] = sample.value
+    return dict(readings)
+
+
+def _low_outliers(values: dict[GpuKey, float], threshold: float) -> dict[GpuKey, float]:
+    """GPUs whose value is far below the median, in robust z-scores (MAD-based)."""
+    if len(values) < 3:
+        return {}
+    median = statistics.median(values.values())
+    mad = statistics.median(abs(v - median) for v in values.values())
+    scale = max(mad * 1.4826, abs(median) * 0.02, 1e-9)  # a floor: identical healthy GPUs
+    return {k: (median - v) / scale for k, v in values.items() if (median - v) / scale > threshold}
+
+
+def check_straggler(
+    job_id: str,
+    history: ThroughputHistory,
+    samples: Iterable[MetricSample],
+    nodes: Iterable[str],
+    settings: StragglerSettings,
+) -> Interruption | None:
+    """A slowdown when throughput has dropped; names outlier nodes if metrics allow."""
+    drop = throughput_drop(history, settings)
+    if drop is None:
+        return None
+    baseline, recent = drop
+    culprits = outlier_nodes(samples, nodes, settings)
+    started = history.times[-settings.window_samples]
+    evidence = [
+        Evidence(
+            at=started,
+            source="log",
+            signature="throughput_drop",
+            text=f"throughput {recent:.3g} against a baseline of {baseline:.3g} "
+            f"({(1 - recent / baseline) * 100:.0f}% lower)",
+        )
+    ]
+    evidence += [
+        Evidence(at=started, source="metrics", text=why, host=host, signature="gpu_outlier")
+        for host, why in sorted(culprits.items())
+    ]
+    summary = f"throughput down {(1 - recent / baseline) * 100:.0f}% from its baseline"
+    return Interruption(
+        kind=Kind.STRAGGLER,
+        category=Category.STRAGGLER,
+        # A slow GPU is named, but a slowdown is not yet a fault anyone is to blame for.
+        attribution=Attribution.NONE,
+        confidence=Confidence(0.6, ConfidenceLabel.SUPPORTED),
+        root_cause="straggler:" + (",".join(sorted(culprits)) or "job"),
+        summary=summary,
+        explanation=summary,
+        hosts=tuple(sorted(culprits)),
+        evidence=tuple(evidence),
+        first_evidence_at=started,
+        job_id=job_id,
+    )

@@ -1,0 +1,84 @@
+"""What detection hands on: one interruption of one attempt, with its evidence.
+
+Every detector (the log diagnosis, hangs, stragglers, GPU metric faults, the scheduler's end
+state) reports an ``Interruption``; ``detection.anomalies`` stores it as an Anomaly and
+remediation attributes and decides on it. Frozen and plain, so the pure core can build and test
+it without a database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+
+# Stored evidence keeps this much of a line (the diagnosis output keeps less, see constants).
+MAX_STORED_EVIDENCE_TEXT = 2000
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One piece of evidence: a log line, a scheduler state or a metric reading.
+
+    ``line`` numbers a log line (within the excerpt, or across everything the attempt wrote);
+    ``host`` is where the evidence came from when known."""
+
+    text: str
+    signature: str = ""
+    source: str = "log"  # log | scheduler | metrics
+    at: datetime | None = None
+    host: str | None = None
+    line: int | None = None
+
+    def to_record(self) -> dict[str, object]:
+        """The JSON an Anomaly stores (and the API shows)."""
+        record: dict[str, object] = {
+            "source": self.source,
+            "at": self.at.isoformat() if self.at else None,
+        }
+        if self.line is not None:
+            record["line"] = self.line
+        record.update(
+            text=self.text[:MAX_STORED_EVIDENCE_TEXT], signature=self.signature, host=self.host
+        )
+        return record
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """How sure we are: a value in [0, 1] and the label an operator reads."""
+
+    value: float
+    label: ConfidenceLabel
+
+    def to_dict(self) -> dict[str, object]:
+        return {"value": self.value, "label": self.label.value}
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """A detected interruption (or, with kind ``none``, a clean bill of health).
+
+    ``root_cause`` groups repeats: the same attempt and root cause make one anomaly however
+    often they are seen. ``first_evidence_at`` starts the detection-latency clock.
+    ``repeats_on_retry`` is set when the evidence establishes an error a retry cannot fix.
+    ``job_id`` names the interrupted job when the detector knows it (metrics carry it)."""
+
+    kind: Kind
+    category: Category
+    attribution: Attribution
+    confidence: Confidence
+    root_cause: str
+    summary: str
+    explanation: str = ""
+    hosts: tuple[str, ...] = ()
+    evidence: tuple[Evidence, ...] = ()
+    first_evidence_at: datetime | None = None
+    occurrences: int = 1
+    repeats_on_retry: bool = False
+    job_id: str = ""
+
+    @property
+    def is_failure(self) -> bool:
+        return self.kind is not Kind.NONE

@@ -1,0 +1,151 @@
+"""Refiners: a second look at a matched line that grades it more finely than its signature's
+default (an Xid's code, an exception's type and where it was raised, an InfiniBand status, a
+loss scale) and says how repeats of it group."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from detection.core.constants import Role, Severity
+from detection.core.signatures.model import Classification, Refinement, classify, compile_re
+from detection.core.signatures.xid import xid_classification
+from recovery_console.fleet.core.taxonomy import Attribution, Category, Kind
+
+K, C, A, R, S = Kind, Category, Attribution, Role, Severity
+
+
+def refine_xid(default: Classification, message: str, values: Mapping[str, str]) -> Refinement:
+    code = int(values["xid"])
+    classification, name = xid_classification(code, message)
+    details = [("xid", str(code)), ("xid_name", name)]
+    if values.get("pci"):
+        details.append(("pci", values["pci"]))
+    previous = _PREVIOUS_XID.search(message)
+    if previous is not None:
+        details.append(("previous_xid", previous["prev"]))
+    return Refinement(classification, group_key=f"xid:{code}", details=tuple(details))
+
+
+_PREVIOUS_XID = compile_re(r"caused by previous Xid (?P<prev>\d+)")
+
+
+def flood(default: Classification, message: str, values: Mapping[str, str]) -> Refinement:
+    """The same line on many ranks is one event, whatever numbers it carries."""
+    return Refinement(default, group_key="all")
+
+
+_SEQ = compile_re(r"SeqNum=(?P<seq>\d+)")
+_OPTYPE = compile_re(r"OpType=(?P<op>\w+)")
+
+
+def refine_watchdog(default: Classification, message: str, values: Mapping[str, str]) -> Refinement:
+    seq = _SEQ.search(message)
+    op = _OPTYPE.search(message)
+    details = []
+    if op is not None:
+        details.append(("op_type", op["op"]))
+    return Refinement(
+        default,
+        group_key="all",
+        details=tuple(details),
+        rank_value=seq["seq"] if seq is not None else None,
+    )
+
+
+def refine_ib(default: Classification, message: str, values: Mapping[str, str]) -> Refinement:
+    status = values.get("ibstatus") or values.get("ibstatus2") or "?"
+    details = (("peer", values.get("peer", "")), ("ib_status", status))
+    if status == "5":
+        # IBV_WC_WR_FLUSH_ERR: the queue pair was already in error; something else went first.
+        flushed = classify(
+            K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.CASCADE, False, S.WARNING
+        )
+        return Refinement(flushed, group_key="ib:5", details=details)
+    return Refinement(default, group_key=f"ib:{status}", details=details)
+
+
+def refine_overflow(
+    default: Classification, message: str, values: Mapping[str, str]
+) -> Refinement | None:
+    try:
+        scale = float(values.get("scale", "inf"))
+    except ValueError:
+        return None
+    if scale > 1.0:
+        # Dynamic loss scaling backing off: normal, especially in the first steps.
+        return None
+    return Refinement(default, group_key="min-scale")
+
+
+_EXCEPTION_LINE = compile_re(
+    r"^(?P<exc>(?:[A-Za-z_]\w*\.)*(?P<short>[A-Z]\w*(?:Error|Exception|Exit|Interrupt)))"
+    r"(?::\s?(?P<excmsg>.*))?$"
+)
+_SHAPE_MISMATCH = compile_re(
+    r"must match the size of tensor|size mismatch|shape '\[[^\]]*\]' is invalid for input"
+    r"|mat1 and mat2 shapes cannot be multiplied|Sizes of tensors must match"
+    r"|Error\(s\) in loading state_dict|The expanded size of the tensor"
+    r"|to have \d+ channels, but got \d+ channels"
+)
+_LIBRARY_PATH = compile_re(
+    r"site-packages|dist-packages|/lib/python\d|<frozen|importlib|<string>|/usr/lib/python"
+)
+
+# A retry cannot fix these wherever they are raised.
+_ALWAYS_FATAL = frozenset(
+    {
+        "ModuleNotFoundError",
+        "ImportError",
+        "SyntaxError",
+        "IndentationError",
+        "TabError",
+        "NameError",
+        "UnboundLocalError",
+    }
+)
+# Bad configuration: fatal when raised by the user's own code.
+_FATAL_IN_USER_CODE = frozenset({"KeyError", "ValueError", "TypeError", "AttributeError"})
+
+_EXC_CASCADE = classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.NONE, R.CASCADE, False, S.WARNING)
+_EXC_CONTEXT = classify(K.NONE, C.BENIGN, A.NONE, R.CONTEXT, False, S.INFO)
+_EXC_SPECIAL: dict[str, Classification] = {
+    "KeyboardInterrupt": _EXC_CONTEXT,
+    "SystemExit": _EXC_CONTEXT,
+    "SignalException": classify(
+        K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.SCHEDULER, R.CASCADE, False, S.WARNING
+    ),
+    "ProcessExitedException": _EXC_CASCADE,
+    "ProcessRaisedException": _EXC_CASCADE,
+    "DistBackendError": classify(
+        K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.CASCADE, False, S.WARNING
+    ),
+    "MemoryError": classify(
+        K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.APPLICATION, R.INITIATING, False, S.ERROR
+    ),
+}
+
+
+def refine_exception(
+    default: Classification, message: str, values: Mapping[str, str]
+) -> Refinement | None:
+    match = _EXCEPTION_LINE.search(message)
+    if match is None:
+        # Mentioned mid-sentence, not raised: not a finding.
+        return None
+    short = match["short"]
+    text = match.get("excmsg", "")
+    details = (("exception", short), ("exception_message", text[:300]))
+    special = _EXC_SPECIAL.get(short)
+    if special is not None:
+        return Refinement(special, group_key=f"exc:{short}", details=details)
+    tb_file = values.get("tb_file")
+    in_user_code = bool(tb_file) and _LIBRARY_PATH.search(tb_file or "") is None
+    fatal = (
+        short in _ALWAYS_FATAL
+        or (short in _FATAL_IN_USER_CODE and in_user_code)
+        or _SHAPE_MISMATCH.search(text) is not None
+    )
+    classification = classify(
+        K.CRASH, C.APPLICATION_ERROR, A.APPLICATION, R.INITIATING, False, S.ERROR, fatal
+    )
+    return Refinement(classification, details=details)

@@ -1,0 +1,160 @@
+"""Per-attempt detector state between scans: the progress tracker, the throughput history and
+the log lines that matched a signature, kept as JSON on ``AttemptMonitor``. The decisions are
+the pure detectors'; this module only loads, feeds and stores them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from detection.core.config import DetectorConfig
+from detection.core.constants import Role
+from detection.core.detectors.hang import ProgressTracker, check_hang
+from detection.core.detectors.straggler import ThroughputHistory, check_straggler
+from detection.core.interruption import Interruption
+from detection.core.progress import parse_progress
+from detection.core.telemetry import LogLine, MetricSample
+from recovery_console.fleet.models import Attempt
+
+from .models import AttemptMonitor
+
+# Lines kept per attempt for diagnosis: the matched lines (repeats beyond a few are only
+# counted) and, for exceptions, the traceback lines before them.
+MAX_KEPT_LINES = 400
+MAX_REPEATS_KEPT = 8
+TRACEBACK_LINES = 30
+
+
+@dataclass(frozen=True)
+class Observed:
+    new_matches: bool
+
+
+def load(attempt: Attempt) -> AttemptMonitor:
+    """The attempt's monitor: the one already fetched with it (select_related), or the stored
+    one, or a new one."""
+    try:
+        return attempt.monitor
+    except AttemptMonitor.DoesNotExist:
+        monitor, _ = AttemptMonitor.objects.get_or_create(attempt=attempt)
+        return monitor
+
+
+def observe(monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorConfig) -> Observed:
+    """Feed an attempt's new lines to its progress tracker and keep the lines that matched."""
+    tracker = _tracker(monitor)
+    history = _history(monitor)
+    for line in lines:
+        progress = parse_progress(line.text, config.progress_pattern)
+        if progress is None:
+            tracker = tracker.observe_line(line.at, line.text)
+            continue
+        tracker = tracker.observe(line.at, progress, line.text, config.hang.smoothing)
+        if progress.throughput is not None and tracker.last_progress_at == line.at:
+            history = history.add(line.at, progress.throughput, config.straggler)
+    _store_tracker(monitor, tracker)
+    _store_history(monitor, history)
+    new = _keep_matches(monitor, lines, config)
+    monitor.lines_seen += len(lines)
+    return Observed(new_matches=new)
+
+
+def _keep_matches(
+    monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorConfig
+) -> bool:
+    scan = config.library.scan([line.text for line in lines], [line.host for line in lines])
+    wanted: dict[int, str] = {}
+    for finding in scan.groups:
+        for number in finding.line_numbers[:MAX_REPEATS_KEPT]:
+            wanted[number] = finding.role.value
+        if finding.category.value == "application_error":
+            start = max(1, finding.first_line - TRACEBACK_LINES)
+            for number in range(start, finding.first_line):
+                wanted.setdefault(number, "context")
+    if not any(role != Role.CONTEXT.value for role in wanted.values()):
+        return False
+    kept = list(monitor.matched_lines)
+    for number in sorted(wanted)[: max(0, MAX_KEPT_LINES - len(kept))]:
+        line = lines[number - 1]
+        kept.append(
+            {
+                "seq": monitor.lines_seen + number,
+                "at": line.at.isoformat(),
+                "host": line.host,
+                "text": line.text[:4000],
+                "role": wanted[number],
+            }
+        )
+    monitor.matched_lines = kept
+    return True
+
+
+def check(
+    monitor: AttemptMonitor,
+    attempt: Attempt,
+    now: datetime,
+    config: DetectorConfig,
+    utilisation: list[float],
+    samples: Iterable[MetricSample],
+) -> tuple[Interruption | None, Interruption | None]:
+    """Run the hang and straggler detectors on a running attempt."""
+    tracker = _tracker(monitor, attempt.started_at or attempt.first_seen_at)
+    tracker = tracker.observe_gpus(now, utilisation, config.hang)
+    _store_tracker(monitor, tracker)
+    hang = check_hang(attempt.job_id, tracker, now, config.hang)
+    slow = check_straggler(
+        attempt.job_id, _history(monitor), samples, attempt.nodes, config.straggler
+    )
+    return hang, slow
+
+
+def _tracker(monitor: AttemptMonitor, started_at: datetime | None = None) -> ProgressTracker:
+    data = monitor.progress or {}
+    # Derived from the attempt each time: a job seen pending starts its grace when it runs.
+    start = started_at or monitor.attempt.started_at or monitor.attempt.first_seen_at
+    return ProgressTracker(
+        started_at=start,
+        last_step=data.get("last_step"),
+        last_progress_at=_time(data.get("last_progress_at")),
+        interval_seconds=data.get("interval_seconds"),
+        reports=data.get("reports", 0),
+        checkpoint_since=_time(data.get("checkpoint_since")),
+        gpus_idle_since=_time(data.get("gpus_idle_since")),
+        last_line=data.get("last_line", ""),
+    )
+
+
+def _store_tracker(monitor: AttemptMonitor, tracker: ProgressTracker) -> None:
+    monitor.progress = {
+        "last_step": tracker.last_step,
+        "last_progress_at": _iso(tracker.last_progress_at),
+        "interval_seconds": tracker.interval_seconds,
+        "reports": tracker.reports,
+        "checkpoint_since": _iso(tracker.checkpoint_since),
+        "gpus_idle_since": _iso(tracker.gpus_idle_since),
+        "last_line": tracker.last_line,
+    }
+    monitor.last_step = tracker.last_step
+    monitor.last_progress_at = tracker.last_progress_at
+
+
+def _history(monitor: AttemptMonitor) -> ThroughputHistory:
+    data = monitor.throughput or {}
+    times = tuple(datetime.fromisoformat(t) for t in data.get("times", ()))
+    return ThroughputHistory(values=tuple(data.get("values", ())), times=times)
+
+
+def _store_history(monitor: AttemptMonitor, history: ThroughputHistory) -> None:
+    monitor.throughput = {
+        "values": list(history.values),
+        "times": [t.isoformat() for t in history.times],
+    }
+
+
+def _time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None

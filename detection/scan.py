@@ -1,0 +1,395 @@
+"""One detection cycle of a cluster: read each telemetry source from its cursor, route the
+lines to the attempts they belong to, feed each attempt's detectors, and record what they found.
+
+Every batch is stored in one transaction with the cursor it advances, so a restart neither loses
+nor repeats evidence. A lease keeps two workers from scanning one cluster at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from detection.core.config import DetectorConfig
+from detection.core.constants import DEFAULT_GPUS_PER_NODE, Role
+from detection.core.context import DiagnosisContext
+from detection.core.detectors.gpu_faults import detect_metric_faults, read_scrape
+from detection.core.detectors.scheduler import scheduler_interruption
+from detection.core.diagnosis import diagnose_lines
+from detection.core.interruption import Evidence, Interruption
+from detection.core.telemetry import Dcgm, LogLine, MetricSample
+from detection.sources.base import LogSource, SourceUnavailable
+from detection.sources.config import ClusterSources
+from recovery_console.fleet import audit
+from recovery_console.fleet.models import Attempt, Cluster, Node
+
+from . import monitors
+from .anomalies import Recorded, record_interruption
+from .models import (
+    Anomaly,
+    AnomalyFamily,
+    AttemptMonitor,
+    DetectionSettings,
+    PendingLines,
+    SourceCursor,
+)
+from .services import cluster_sources, detection_settings_of
+
+log = logging.getLogger(__name__)
+ACTOR = "system:detection"
+# Lines of an attempt may arrive after the scheduler reports its end (slow shippers, buffers).
+LATE_LINES = timedelta(minutes=15)
+# An ended attempt the scheduler calls a failure gets an anomaly if it ended this recently.
+RECENT_ENDINGS = timedelta(days=1)
+MAX_BATCHES_PER_SCAN = 10
+SCAN_LEASE = timedelta(minutes=2)
+FAILED_JOB_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED")
+UNHEALTHY_NODE_STATES = ("DOWN", "DRAINED", "DRAINING")
+
+
+@dataclass
+class ScanSummary:
+    """What one scan of a cluster did."""
+
+    lines: int = 0
+    new_anomalies: int = 0
+    updated_anomalies: int = 0
+    failed_sources: list[str] = field(default_factory=list)
+    skipped: bool = False
+
+    def count(self, recorded: tuple[Anomaly, Recorded]) -> None:
+        _, outcome = recorded
+        if outcome is Recorded.NEW:
+            self.new_anomalies += 1
+        elif outcome is Recorded.SHARPENED:
+            self.updated_anomalies += 1
+
+    def __str__(self) -> str:
+        if self.skipped:
+            return "skipped: another scan of this cluster is running"
+        failed = f", sources down: {'; '.join(self.failed_sources)}" if self.failed_sources else ""
+        return (
+            f"{self.lines} lines, {self.new_anomalies} new anomalies, "
+            f"{self.updated_anomalies} updated{failed}"
+        )
+
+
+def scan_cluster(
+    cluster: Cluster, now: datetime, sources: ClusterSources | None = None
+) -> ScanSummary:
+    """One detection cycle: read every source from its cursor, update detector state, check
+    running attempts for hangs and slowdowns, and record what was found."""
+    summary = ScanSummary()
+    with _scan_lease(cluster) as acquired:
+        if not acquired:
+            summary.skipped = True
+            return summary
+        config = detection_settings_of(cluster).detector_config()
+        sources = sources or cluster_sources(cluster)
+        _adopt_pending_lines(cluster, now, config, summary)
+        for name, source in sources.logs.items():
+            _read_log_source(cluster, name, source, now, config, summary)
+        samples = _read_metrics(cluster, sources, now, summary)
+        _check_running_attempts(cluster, now, config, samples, summary)
+        _check_ended_attempts(cluster, now, summary)
+    return summary
+
+
+@contextmanager
+def _scan_lease(cluster: Cluster) -> Iterator[bool]:
+    """A conditional update claims the cluster's scan; a crashed scan's lease runs out."""
+    settings = detection_settings_of(cluster)
+    wall = timezone.now()
+    claimed = DetectionSettings.objects.filter(
+        Q(scan_lease_until__isnull=True) | Q(scan_lease_until__lt=wall), pk=settings.pk
+    ).update(scan_lease_until=wall + SCAN_LEASE)
+    try:
+        yield claimed == 1
+    finally:
+        if claimed:
+            DetectionSettings.objects.filter(pk=settings.pk).update(scan_lease_until=None)
+
+
+def _read_log_source(
+    cluster: Cluster,
+    name: str,
+    source: LogSource,
+    now: datetime,
+    config: DetectorConfig,
+    summary: ScanSummary,
+) -> None:
+    row, _ = SourceCursor.objects.get_or_create(cluster=cluster, source=name)
+    for _ in range(MAX_BATCHES_PER_SCAN):
+        try:
+            batch = source.fetch(row.cursor or None, now)
+        except SourceUnavailable as exc:
+            _mark_unhealthy(row, exc, summary)
+            return
+        with transaction.atomic():
+            _process_lines(cluster, batch.lines, now, config, summary)
+            row.cursor, row.healthy, row.last_error, row.last_success_at = (
+                batch.cursor,
+                True,
+                "",
+                now,
+            )
+            row.save()
+        summary.lines += len(batch.lines)
+        if not batch.more:
+            return
+
+
+def _mark_unhealthy(row: SourceCursor, error: SourceUnavailable, summary: ScanSummary) -> None:
+    """Say what happened and carry on with the other sources; the cursor is kept as it was."""
+    log.warning("telemetry source %s unavailable: %s", row.source, error)
+    summary.failed_sources.append(str(error))
+    if row.healthy or row.last_error != str(error):
+        SourceCursor.objects.filter(pk=row.pk).update(healthy=False, last_error=str(error))
+        audit.record(
+            ACTOR, "source.unavailable", row, cluster=row.cluster, payload={"error": str(error)}
+        )
+
+
+def _process_lines(
+    cluster: Cluster,
+    lines: Sequence[LogLine],
+    now: datetime,
+    config: DetectorConfig,
+    summary: ScanSummary,
+) -> None:
+    by_attempt, orphans = _route_lines(cluster, lines, now)
+    for job_id, job_lines in orphans.items():
+        PendingLines.hold(cluster, job_id, job_lines)
+    for attempt, attempt_lines in by_attempt:
+        monitor = monitors.load(attempt)
+        update = monitors.observe(monitor, attempt_lines, config)
+        monitor.save()
+        if update.new_matches:
+            _diagnose_from_logs(attempt, monitor, now, config, summary)
+
+
+def _route_lines(
+    cluster: Cluster, lines: Sequence[LogLine], now: datetime
+) -> tuple[list[tuple[Attempt, list[LogLine]]], dict[str, list[LogLine]]]:
+    """Each job line goes to the latest attempt of its job; a node's system-log line to the
+    attempts running on that node. Lines of jobs not reported yet wait in PendingLines."""
+    job_ids = {line.job_id for line in lines if line.job_id}
+    latest = _latest_attempts(cluster, job_ids)
+    on_host = _attempts_by_host(cluster, now) if any(line.host for line in lines) else {}
+    routed: dict[int, list[LogLine]] = defaultdict(list)
+    attempts: dict[int, Attempt] = {}
+    orphans: dict[str, list[LogLine]] = defaultdict(list)
+    for line in lines:
+        targets = (
+            [latest[line.job_id]] if line.job_id in latest else on_host.get(line.host or "", [])
+        )
+        if not targets and line.job_id:
+            orphans[line.job_id].append(line)
+        for attempt in targets:
+            attempts[attempt.pk] = attempt
+            routed[attempt.pk].append(line)
+    return [(attempts[pk], routed[pk]) for pk in routed], orphans
+
+
+def _latest_attempts(cluster: Cluster, job_ids: Iterable[str]) -> dict[str, Attempt]:
+    latest: dict[str, Attempt] = {}
+    for attempt in Attempt.objects.filter(cluster=cluster, job_id__in=list(job_ids)).order_by(
+        "job_id", "attempt_index"
+    ):
+        latest[attempt.job_id] = attempt
+    return latest
+
+
+def _attempts_by_host(cluster: Cluster, now: datetime) -> dict[str, list[Attempt]]:
+    recent = Attempt.objects.filter(cluster=cluster).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gte=now - LATE_LINES)
+    )
+    by_host: dict[str, list[Attempt]] = defaultdict(list)
+    for attempt in recent:
+        for host in attempt.nodes:
+            by_host[host].append(attempt)
+    return by_host
+
+
+def _adopt_pending_lines(
+    cluster: Cluster, now: datetime, config: DetectorConfig, summary: ScanSummary
+) -> None:
+    """Lines that arrived before the scheduler reported their job join its attempt once it is
+    known; lines of a job never reported within LATE_LINES are dropped (and said so)."""
+    pending = PendingLines.objects.filter(cluster=cluster)
+    if not pending.exists():
+        return
+    known = _latest_attempts(cluster, pending.values_list("job_id", flat=True))
+    for job_id in pending.values_list("job_id", flat=True):
+        with transaction.atomic():
+            lines = PendingLines.take(cluster, job_id)
+            if job_id in known:
+                _process_lines(cluster, lines, now, config, summary)
+            elif lines and now - lines[0].at < LATE_LINES:
+                PendingLines.hold(cluster, job_id, lines)
+            else:
+                log.warning(
+                    "dropped %d lines of job %s: the scheduler never reported it",
+                    len(lines),
+                    job_id,
+                )
+
+
+def _diagnose_from_logs(
+    attempt: Attempt,
+    monitor: AttemptMonitor,
+    now: datetime,
+    config: DetectorConfig,
+    summary: ScanSummary,
+) -> None:
+    kept = monitor.matched_lines
+    context = DiagnosisContext(nodes=tuple(attempt.nodes), gpus_per_node=_gpus_per_node(attempt))
+    found = diagnose_lines(
+        [entry["text"] for entry in kept],
+        context,
+        library=config.library,
+        host_hints=[entry.get("host") for entry in kept],
+    ).interruption
+    if not found.is_failure:
+        return
+    # The diagnosis numbers lines within the kept excerpt; the evidence carries real ones.
+    evidence = tuple(
+        _log_evidence(kept[item.line - 1], item.signature)
+        for item in found.evidence
+        if item.line is not None
+    )
+    found = dataclasses.replace(
+        found,
+        evidence=evidence,
+        first_evidence_at=min((e.at for e in evidence if e.at), default=now),
+        occurrences=sum(1 for entry in kept if entry.get("role") != Role.CONTEXT.value),
+    )
+    summary.count(record_interruption(attempt, found, now))
+
+
+def _log_evidence(entry: dict[str, Any], signature: str) -> Evidence:
+    return Evidence(
+        text=entry["text"],
+        signature=signature,
+        at=datetime.fromisoformat(entry["at"]),
+        host=entry.get("host"),
+        line=entry["seq"],
+    )
+
+
+def _gpus_per_node(attempt: Attempt) -> int:
+    gpus = Node.objects.filter(
+        cluster_id=attempt.cluster_id, name__in=attempt.nodes[:1]
+    ).values_list("gpus", flat=True)
+    return next(iter(gpus), 0) or DEFAULT_GPUS_PER_NODE
+
+
+def _read_metrics(
+    cluster: Cluster, sources: ClusterSources, now: datetime, summary: ScanSummary
+) -> list[MetricSample]:
+    if sources.metrics is None:
+        return []
+    row, _ = SourceCursor.objects.get_or_create(cluster=cluster, source="metrics")
+    try:
+        scrape = sources.metrics.scrape(now)
+    except SourceUnavailable as exc:
+        _mark_unhealthy(row, exc, summary)
+        return []
+    current = read_scrape(scrape.samples)
+    with transaction.atomic():
+        for fault in detect_metric_faults(row.cursor.get("gpus", {}), current, now):
+            _record_metric_fault(cluster, fault, now, summary)
+        row.cursor, row.healthy, row.last_error, row.last_success_at = (
+            {"gpus": current},
+            True,
+            "",
+            now,
+        )
+        row.save()
+    return list(scrape.samples)
+
+
+def _record_metric_fault(
+    cluster: Cluster, fault: Interruption, now: datetime, summary: ScanSummary
+) -> None:
+    if fault.job_id:
+        attempts = list(_latest_attempts(cluster, [fault.job_id]).values())
+    else:
+        attempts = _attempts_by_host(cluster, now).get(fault.hosts[0], [])
+    for attempt in attempts:
+        summary.count(record_interruption(attempt, fault, now))
+
+
+def _check_running_attempts(
+    cluster: Cluster,
+    now: datetime,
+    config: DetectorConfig,
+    samples: list[MetricSample],
+    summary: ScanSummary,
+) -> None:
+    running = Attempt.objects.filter(cluster=cluster, state="RUNNING", ended_at__isnull=True)
+    interrupted = set(
+        Anomaly.objects.filter(attempt__in=running, family=AnomalyFamily.INTERRUPTION).values_list(
+            "attempt_id", flat=True
+        )
+    )
+    by_host = _utilisation_by_host(samples)
+    for attempt in running.select_related("monitor"):
+        with transaction.atomic():
+            monitor = monitors.load(attempt)
+            before = monitor.progress
+            utilisation = [u for host in attempt.nodes for u in by_host.get(host, [])]
+            hang, slow = monitors.check(monitor, attempt, now, config, utilisation, samples)
+            if monitor.progress != before:
+                monitor.save()  # most scans change nothing for most running attempts
+            if hang is not None and attempt.pk not in interrupted:
+                summary.count(record_interruption(attempt, hang, now))
+            if slow is not None:
+                summary.count(record_interruption(attempt, slow, now))
+
+
+def _utilisation_by_host(samples: Iterable[MetricSample]) -> dict[str, list[float]]:
+    by_host: dict[str, list[float]] = defaultdict(list)
+    for sample in samples:
+        if sample.name == Dcgm.GPU_UTIL:
+            by_host[sample.host].append(sample.value)
+    return by_host
+
+
+def _check_ended_attempts(cluster: Cluster, now: datetime, summary: ScanSummary) -> None:
+    """The scheduler's own word: an attempt that ended FAILED, NODE_FAIL, TIMEOUT ... is an
+    interruption even when no log line said why."""
+    ended = (
+        Attempt.objects.filter(
+            cluster=cluster, state__in=FAILED_JOB_STATES, ended_at__gte=now - RECENT_ENDINGS
+        )
+        .exclude(anomalies__family=AnomalyFamily.INTERRUPTION)
+        .order_by("ended_at")
+    )
+    down = set(
+        Node.objects.filter(cluster=cluster, state__in=UNHEALTHY_NODE_STATES).values_list(
+            "name", flat=True
+        )
+    )
+    for attempt in ended[:500]:
+        ended_as = scheduler_interruption(
+            attempt.job_id,
+            attempt.state,
+            at=attempt.ended_at or attempt.first_seen_at,
+            reason=attempt.reason,
+            exit_code=attempt.exit_code,
+            nodes=attempt.nodes,
+            unhealthy_nodes=down,
+        )
+        with transaction.atomic():
+            summary.count(record_interruption(attempt, ended_as, now))

@@ -1,0 +1,357 @@
+"""REST payloads of the console API. Rows are read-only here: every write goes through a
+service, and the input serializers below only validate what a verb needs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, cast
+
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
+from rest_framework import serializers
+
+from detection.models import Anomaly
+from recovery_console.console.models import ModeChangeRequest, NotificationChannel, Review
+from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
+from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
+from remediation.models import Advice, NodeHealth
+
+
+def _cluster_name() -> serializers.SlugRelatedField:  # type: ignore[type-arg]
+    return serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+
+def _username() -> serializers.SlugRelatedField:  # type: ignore[type-arg]
+    return serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+
+class ClusterSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = Cluster
+        fields = (
+            "id",
+            "name",
+            "mode",
+            "partitions_allowlist",
+            "policy",
+            "telemetry",
+            "scheduler",
+            "created_at",
+            "updated_at",
+        )
+        read_only_fields = fields
+
+
+class ClusterSettingsSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """What an operator may change on a cluster (each optional; the model validates them)."""
+
+    policy = serializers.DictField(required=False)
+    partitions_allowlist = serializers.ListField(
+        child=serializers.CharField(max_length=64), required=False
+    )
+    telemetry = serializers.DictField(required=False)
+    scheduler = serializers.DictField(required=False)
+
+
+class WorkloadSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    cluster = _cluster_name()
+
+    class Meta:
+        model = Workload
+        fields = ("id", "cluster", "key", "state", "created_at", "updated_at")
+
+
+class AttemptSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    cluster = _cluster_name()
+
+    class Meta:
+        model = Attempt
+        fields = (
+            "id",
+            "cluster",
+            "workload",
+            "job_id",
+            "attempt_index",
+            "name",
+            "partition",
+            "state",
+            "nodes",
+            "excluded_nodes",
+            "submitted_at",
+            "started_at",
+            "ended_at",
+            "exit_code",
+            "signal",
+            "reason",
+            "first_seen_at",
+            "time_to_resume_s",
+        )
+
+
+class AnomalySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    cluster = _cluster_name()
+    detection_latency_seconds = serializers.FloatField(read_only=True)
+
+    class Meta:
+        model = Anomaly
+        fields = (
+            "id",
+            "cluster",
+            "workload",
+            "attempt",
+            "family",
+            "kind",
+            "category",
+            "attribution",
+            "confidence",
+            "confidence_label",
+            "root_cause",
+            "implicated_hosts",
+            "summary",
+            "explanation",
+            "evidence",
+            "occurrences",
+            "state",
+            "first_evidence_at",
+            "detected_at",
+            "updated_at",
+            "detection_latency_seconds",
+        )
+
+
+# "Advice" is the Advisor API's (controllers') view of an advice.
+@extend_schema_serializer(component_name="ConsoleAdvice")
+class AdviceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    cluster = _cluster_name()
+
+    class Meta:
+        model = Advice
+        fields = (
+            "id",
+            "cluster",
+            "workload",
+            "attempt",
+            "anomaly",
+            "generation",
+            "action",
+            "desired_state",
+            "exclude_nodes",
+            "drain_nodes",
+            "reasons",
+            "explanation",
+            "category",
+            "attribution",
+            "confidence_label",
+            "enforce",
+            "state",
+            "decided_at",
+            "updated_at",
+            "claimed_by",
+            "claimed_at",
+            "executed_at",
+            "observed_generation",
+            "disposition",
+            "disposition_reason",
+        )
+
+
+class ReviewSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    reviewer = _username()
+
+    class Meta:
+        model = Review
+        fields = (
+            "id",
+            "advice",
+            "reviewer",
+            "agrees",
+            "preferred_action",
+            "comment",
+            "generation",
+            "created_at",
+            "updated_at",
+        )
+
+
+class LabelSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """A reviewer's label. Agreeing implies the advised action; disagreeing names another."""
+
+    agrees = serializers.BooleanField()
+    preferred_action = serializers.ChoiceField(
+        choices=ACTION_CHOICES, required=False, allow_blank=True, default=""
+    )
+    comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs["agrees"] and not attrs["preferred_action"]:
+            raise serializers.ValidationError(
+                {"preferred_action": "name the action you would have taken"}
+            )
+        return attrs
+
+
+class ModeChangeRequestSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    cluster = _cluster_name()
+    requested_by = _username()
+    decided_by = _username()
+
+    class Meta:
+        model = ModeChangeRequest
+        fields = (
+            "id",
+            "cluster",
+            "requested_by",
+            "requested_at",
+            "note",
+            "agreement_rate",
+            "labelled",
+            "status",
+            "decided_by",
+            "decided_at",
+            "decision_note",
+        )
+
+
+class NoteSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class ReasonSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    reason = serializers.CharField(max_length=5000)
+
+
+class OptionalReasonSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
+
+
+class DayAgreementSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    day = serializers.DateField()
+    agreed = serializers.IntegerField()
+    labelled = serializers.IntegerField()
+
+
+class AgreementSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    agreed = serializers.IntegerField()
+    labelled = serializers.IntegerField()
+    rate = serializers.FloatField(allow_null=True)
+    window_days = serializers.IntegerField()
+    min_agreement = serializers.FloatField()
+    min_labelled = serializers.IntegerField()
+    met = serializers.BooleanField()
+    shortfall = serializers.CharField()
+    by_day = DayAgreementSerializer(many=True)
+
+
+class NodeHealthSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = NodeHealth
+        fields = (
+            "state",
+            "strikes",
+            "excluded_at",
+            "drained_at",
+            "drain_reason",
+            "released_at",
+            "released_by",
+            "release_reason",
+        )
+
+
+class NodeListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]
+    """Loads the health of a whole page of nodes in one query."""
+
+    def to_representation(self, data: Any) -> list[Any]:
+        nodes = list(data.all() if hasattr(data, "all") else data)
+        cast(dict[str, Any], self._context)["health"] = _health_of(nodes)
+        return super().to_representation(nodes)
+
+
+def _health_of(nodes: Iterable[Node]) -> dict[tuple[int, str], NodeHealth]:
+    nodes = list(nodes)
+    rows = NodeHealth.objects.filter(
+        cluster_id__in={n.cluster_id for n in nodes}, name__in={n.name for n in nodes}
+    )
+    return {(h.cluster_id, h.name): h for h in rows}
+
+
+class NodeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    """A node as the scheduler reports it, with its health across attempts (null when it never
+    had a strike)."""
+
+    cluster = _cluster_name()
+    health = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        list_serializer_class = NodeListSerializer
+        fields = (
+            "id",
+            "cluster",
+            "name",
+            "state",
+            "reason",
+            "gpus",
+            "partitions",
+            "updated_at",
+            "health",
+        )
+
+    @extend_schema_field(NodeHealthSerializer(allow_null=True))
+    def get_health(self, node: Node) -> dict[str, Any] | None:
+        known = self.context.get("health")
+        if known is None:
+            known = _health_of([node])
+        health = known.get((node.cluster_id, node.name))
+        return NodeHealthSerializer(health).data if health is not None else None
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    cluster = _cluster_name()
+
+    class Meta:
+        model = AuditEntry
+        fields = (
+            "id",
+            "sequence",
+            "at",
+            "actor",
+            "cluster",
+            "workload",
+            "attempt",
+            "verb",
+            "object_type",
+            "object_id",
+            "payload",
+            "previous_hash",
+            "entry_hash",
+        )
+
+
+AUDIT_CSV_COLUMNS = AuditEntrySerializer.Meta.fields
+
+
+class ChainStatusSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    intact = serializers.BooleanField()
+    checked = serializers.IntegerField()
+    broken_sequence = serializers.IntegerField(allow_null=True)
+    broken_entry_id = serializers.IntegerField(allow_null=True)
+    problem = serializers.CharField()
+
+
+class TokenSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """A personal API token: send it as ``Authorization: Token <key>``. Shown once."""
+
+    key = serializers.CharField()
+    created = serializers.DateTimeField()
+
+
+class TokenStatusSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    exists = serializers.BooleanField()
+    created = serializers.DateTimeField(allow_null=True)
+
+
+class NotificationChannelSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+
+    class Meta:
+        model = NotificationChannel
+        fields = ("id", "cluster", "kind", "target", "events", "enabled", "created_at")

@@ -1,0 +1,375 @@
+"""The console's REST API (``/api/v1/``): read-only viewsets, and verbs that call services.
+
+Every endpoint checks a role (``recovery_console.roles``): reading needs ``viewer``; each verb
+names the role it needs in ``verb_roles``. Refusals by the approval workflow answer 409 with
+the reason, a missing role 403, invalid input 400.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from django.core.exceptions import ValidationError as ModelValidationError
+from django.db.models import QuerySet
+from django.http import StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import mixins, status, viewsets
+from rest_framework.authtoken.models import Token
+from rest_framework.decorators import action
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from detection.models import Anomaly
+from recovery_console.console import approval, reviews
+from recovery_console.console.api import filtersets as f
+from recovery_console.console.api import serializers as s
+from recovery_console.console.models import ModeChangeRequest, NotificationChannel, Review
+from recovery_console.console.notifications import channels
+from recovery_console.console.roles import ADMIN, APPROVER, OPERATOR, REVIEWER, VIEWER, HasRole
+from recovery_console.fleet import audit, services
+from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
+from remediation import services as remediation
+from remediation.models import Advice, NodeHealth
+
+from .pagination import AuditCursor, Cursor
+from .renderers import CSVRenderer, csv_rows
+from .tokens import revoke_token, rotate_token
+
+REFUSED = {
+    403: OpenApiResponse(description="the role this needs is missing"),
+    409: OpenApiResponse(description="the workflow refused the step; `detail` says why"),
+}
+
+
+def refusal(exc: reviews.ApprovalRefused) -> Response:
+    code = status.HTTP_403_FORBIDDEN if isinstance(exc, reviews.RoleMissing) else 409
+    return Response({"detail": exc.reason}, status=code)
+
+
+class RoleViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
+    """Reading needs the viewer role; a verb needs the role ``verb_roles`` names for it."""
+
+    verb_roles: ClassVar[dict[str, str]] = {}
+    pagination_class = Cursor
+
+    def get_permissions(self) -> list[BasePermission]:
+        return [HasRole(self.verb_roles.get(self.action or "", VIEWER))()]
+
+
+class ReadOnlyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleViewSet):
+    pass
+
+
+class ClusterViewSet(ReadOnlyViewSet):
+    """Clusters: their mode, policy, allowlist and connections."""
+
+    queryset = Cluster.objects.all()
+    serializer_class = s.ClusterSerializer
+    filterset_class = f.ClusterFilterSet
+    lookup_field = "name"
+    verb_roles: ClassVar = {
+        "partial_update": OPERATOR,
+        "request_action_mode": OPERATOR,
+        "return_to_monitor": OPERATOR,
+    }
+
+    @extend_schema(
+        request=s.ClusterSettingsSerializer,
+        responses={200: s.ClusterSerializer, 400: OpenApiResponse(description="the problems")},
+    )
+    def partial_update(self, request: Request, name: str) -> Response:
+        """Change the policy, partition allowlist or connections (operator). Each document is
+        validated; a refusal lists every problem. The mode is changed by the workflow only."""
+        payload = s.ClusterSettingsSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        try:
+            cluster = services.update_cluster_settings(
+                reviews.actor_of(request.user), self.get_object(), **payload.validated_data
+            )
+        except ModelValidationError as exc:
+            return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
+        return Response(s.ClusterSerializer(cluster).data)
+
+    @extend_schema(responses=s.AgreementSerializer)
+    @action(detail=True, methods=["get"])
+    def agreement(self, request: Request, name: str) -> Response:
+        """How often reviewers agreed with the advice in the policy's window, per day too."""
+        cluster = self.get_object()
+        measured = reviews.agreement(cluster)
+        by_day = reviews.agreement_by_day(cluster, days=measured.window_days)
+        data = {
+            **measured.__dict__,
+            "shortfall": measured.shortfall,
+            "by_day": [{"day": d, "agreed": a, "labelled": n} for d, a, n in by_day],
+        }
+        return Response(s.AgreementSerializer(data).data)
+
+    @extend_schema(
+        request=s.NoteSerializer, responses={201: s.ModeChangeRequestSerializer, **REFUSED}
+    )
+    @action(detail=True, methods=["post"], url_path="request-action-mode")
+    def request_action_mode(self, request: Request, name: str) -> Response:
+        """Ask for action mode (operator); the request records the agreement measured now."""
+        payload = s.NoteSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        try:
+            made = approval.request_action_mode(
+                request.user, self.get_object(), payload.validated_data["note"]
+            )
+        except reviews.ApprovalRefused as exc:
+            return refusal(exc)
+        return Response(s.ModeChangeRequestSerializer(made).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=s.OptionalReasonSerializer, responses={200: s.ClusterSerializer, **REFUSED}
+    )
+    @action(detail=True, methods=["post"], url_path="return-to-monitor")
+    def return_to_monitor(self, request: Request, name: str) -> Response:
+        """Back to monitor mode, at once (operator)."""
+        payload = s.OptionalReasonSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        cluster = approval.back_to_monitor(
+            request.user, self.get_object(), payload.validated_data["reason"]
+        )
+        return Response(s.ClusterSerializer(cluster).data)
+
+
+class WorkloadViewSet(ReadOnlyViewSet):
+    """Workloads: logical training runs, each made of attempts."""
+
+    queryset = Workload.objects.select_related("cluster")
+    serializer_class = s.WorkloadSerializer
+    filterset_class = f.WorkloadFilterSet
+
+
+class AttemptViewSet(ReadOnlyViewSet):
+    """Attempts: one Slurm job, or one requeue of it. History: never rewritten."""
+
+    queryset = Attempt.objects.select_related("cluster")
+    serializer_class = s.AttemptSerializer
+    filterset_class = f.AttemptFilterSet
+
+
+class AnomalyViewSet(ReadOnlyViewSet):
+    """Anomalies: detected crashes, hangs and stragglers, with evidence and attribution."""
+
+    queryset = Anomaly.objects.select_related("cluster")
+    serializer_class = s.AnomalySerializer
+    filterset_class = f.AnomalyFilterSet
+
+
+class AdviceViewSet(ReadOnlyViewSet):
+    """Advice: what the policy recommends for each anomaly, and how far it got."""
+
+    queryset = Advice.objects.select_related("cluster")
+    serializer_class = s.AdviceSerializer
+    filterset_class = f.AdviceFilterSet
+    verb_roles: ClassVar = {"label": REVIEWER}
+
+    @extend_schema(request=s.LabelSerializer, responses={200: s.ReviewSerializer, **REFUSED})
+    @action(detail=True, methods=["post"])
+    def label(self, request: Request, pk: str) -> Response:
+        """Label the advice (reviewer): agree, or disagree with the action you would have
+        taken. Labelling again replaces your label."""
+        payload = s.LabelSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        try:
+            review = reviews.label_advice(request.user, self.get_object(), **payload.validated_data)
+        except reviews.ApprovalRefused as exc:
+            return refusal(exc)
+        except ValueError as exc:
+            return Response({"preferred_action": [str(exc)]}, status=400)
+        return Response(s.ReviewSerializer(review).data)
+
+
+class ReviewViewSet(ReadOnlyViewSet):
+    """Reviewers' labels on advice."""
+
+    queryset = Review.objects.select_related("reviewer")
+    serializer_class = s.ReviewSerializer
+    filterset_class = f.ReviewFilterSet
+
+
+class ModeChangeRequestViewSet(ReadOnlyViewSet):
+    """Requests to switch a cluster to action mode, and their decisions."""
+
+    queryset = ModeChangeRequest.objects.select_related("cluster", "requested_by", "decided_by")
+    serializer_class = s.ModeChangeRequestSerializer
+    filterset_class = f.ModeChangeRequestFilterSet
+    # Rejecting is also open to the requester (withdrawing): the service checks who.
+    verb_roles: ClassVar = {"approve": APPROVER}
+
+    @extend_schema(request=None, responses={200: s.ModeChangeRequestSerializer, **REFUSED})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        """Approve (approver, not the requester), while the agreement measured now meets the
+        policy; the cluster then switches to action mode."""
+        try:
+            decided = approval.approve_mode_request(request.user, self.get_object())
+        except reviews.ApprovalRefused as exc:
+            return refusal(exc)
+        return Response(s.ModeChangeRequestSerializer(decided).data)
+
+    @extend_schema(
+        request=s.ReasonSerializer, responses={200: s.ModeChangeRequestSerializer, **REFUSED}
+    )
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str) -> Response:
+        """Reject (approver) or withdraw (the requester), saying why."""
+        payload = s.ReasonSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        try:
+            decided = approval.reject_mode_request(
+                request.user, self.get_object(), payload.validated_data["reason"]
+            )
+        except reviews.ApprovalRefused as exc:
+            return refusal(exc)
+        return Response(s.ModeChangeRequestSerializer(decided).data)
+
+
+class NodeViewSet(ReadOnlyViewSet):
+    """Nodes as the scheduler reports them, with their strikes and drain state."""
+
+    queryset = Node.objects.select_related("cluster")
+    serializer_class = s.NodeSerializer
+    filterset_class = f.NodeFilterSet
+    verb_roles: ClassVar = {"release": OPERATOR}
+
+    @extend_schema(
+        request=s.ReasonSerializer,
+        responses={200: s.NodeSerializer, 403: REFUSED[403], 404: OpenApiResponse()},
+    )
+    @action(detail=True, methods=["post"])
+    def release(self, request: Request, pk: str) -> Response:
+        """Return a drained or suspect node to service (operator), with a reason."""
+        payload = s.ReasonSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        node = self.get_object()
+        get_object_or_404(NodeHealth, cluster=node.cluster, name=node.name)
+        remediation.release_node(
+            reviews.actor_of(request.user),
+            node.cluster,
+            node.name,
+            payload.validated_data["reason"],
+        )
+        return Response(s.NodeSerializer(node).data)
+
+
+@extend_schema_view(
+    list=extend_schema(
+        description=(
+            "The audit trail, newest first. With `format=csv` (or `Accept: text/csv`) the "
+            "filtered trail streams as CSV from the cursor on, without pages."
+        ),
+        responses={
+            (200, "application/json"): s.AuditEntrySerializer(many=True),
+            (200, "text/csv"): OpenApiTypes.STR,
+        },
+    )
+)
+class AuditEntryViewSet(ReadOnlyViewSet):
+    """The append-only, hash-chained audit trail."""
+
+    queryset = AuditEntry.objects.select_related("cluster")
+    serializer_class = s.AuditEntrySerializer
+    filterset_class = f.AuditEntryFilterSet
+    pagination_class = AuditCursor
+    renderer_classes = (JSONRenderer, BrowsableAPIRenderer, CSVRenderer)
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Any:
+        if request.accepted_renderer.format != "csv":
+            return super().list(request, *args, **kwargs)
+        entries = self.filter_queryset(self.get_queryset())
+        response = StreamingHttpResponse(
+            csv_rows(s.AUDIT_CSV_COLUMNS, self._rows_from_cursor(entries)),
+            content_type="text/csv; charset=utf-8",
+        )
+        response["Content-Disposition"] = 'attachment; filename="audit-trail.csv"'
+        return response
+
+    def _rows_from_cursor(self, entries: QuerySet[AuditEntry]) -> Iterator[dict[str, Any]]:
+        cursor = AuditCursor().decode_cursor(self.request)
+        if cursor is not None and cursor.position is not None:
+            position = int(cursor.position)
+            entries = entries.filter(
+                **{"sequence__gt" if cursor.reverse else "sequence__lt": position}
+            )
+        # Keyset batches: constant memory however long the trail.
+        last = None
+        while True:
+            batch = entries.order_by("-sequence")
+            if last is not None:
+                batch = batch.filter(sequence__lt=last)
+            rows = list(batch[:1000])
+            yield from (s.AuditEntrySerializer(e).data for e in rows)
+            if len(rows) < 1000:
+                return
+            last = rows[-1].sequence
+
+    @extend_schema(responses=s.ChainStatusSerializer)
+    @action(detail=False, methods=["get"])
+    def chain(self, request: Request) -> Response:
+        """Verify the hash chain and name the first broken entry, if any."""
+        report = audit.verify_chain()
+        data = {**report.__dict__, "intact": report.intact}
+        return Response(s.ChainStatusSerializer(data).data)
+
+
+class NotificationChannelViewSet(
+    mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin, ReadOnlyViewSet
+):
+    """Where a cluster's notifications go (webhooks and email); managed by admins."""
+
+    queryset = NotificationChannel.objects.select_related("cluster")
+    serializer_class = s.NotificationChannelSerializer
+    filterset_class = f.NotificationChannelFilterSet
+    verb_roles: ClassVar = {
+        "create": ADMIN,
+        "update": ADMIN,
+        "partial_update": ADMIN,
+        "destroy": ADMIN,
+    }
+
+    def perform_create(self, serializer: Any) -> None:
+        serializer.instance = channels.add_channel(self.request.user, **serializer.validated_data)
+
+    def perform_update(self, serializer: Any) -> None:
+        serializer.instance = channels.change_channel(
+            self.request.user, serializer.instance, **serializer.validated_data
+        )
+
+    def perform_destroy(self, instance: NotificationChannel) -> None:
+        channels.remove_channel(self.request.user, instance)
+
+
+class TokenView(APIView):
+    """Your personal API token, for REST clients: ``Authorization: Token <key>``."""
+
+    permission_classes = (IsAuthenticated,)
+
+    @extend_schema(responses=s.TokenStatusSerializer)
+    def get(self, request: Request) -> Response:
+        """Whether you have a token, and since when. The key is only shown when issued."""
+        user: Any = request.user
+        token = Token.objects.filter(user=user).first()
+        data = {"exists": token is not None, "created": token.created if token else None}
+        return Response(s.TokenStatusSerializer(data).data)
+
+    @extend_schema(request=None, responses={201: s.TokenSerializer})
+    def post(self, request: Request) -> Response:
+        """Create your token, or rotate it: the previous key stops working at once."""
+        token = rotate_token(request.user)
+        data = s.TokenSerializer({"key": token.key, "created": token.created}).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={204: None})
+    def delete(self, request: Request) -> Response:
+        """Revoke your token."""
+        revoke_token(request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -1,0 +1,34 @@
+from typing import Any
+
+from django.apps import AppConfig
+from django.db.models.signals import post_migrate, post_save
+
+
+class ConsoleConfig(AppConfig):
+    """Floor 4: what people and REST clients see and do."""
+
+    name = "recovery_console.console"
+    label = "console"
+    verbose_name = "Recovery Console"
+
+    def ready(self) -> None:
+        # The Celery app must exist before a task is sent from a web or command process.
+        from recovery_console.celery import app  # noqa: F401
+        from recovery_console.fleet.models import AuditEntry
+
+        post_save.connect(_notify, sender=AuditEntry, dispatch_uid="console.notifications")
+        post_migrate.connect(_sync_roles, sender=self, dispatch_uid="console.roles")
+
+
+def _notify(sender: type, instance: Any, **kwargs: Any) -> None:
+    # Notifications hang off the audit trail, so the loop's services need not know of them.
+    from .notifications.delivery import on_audit_entry
+
+    on_audit_entry(instance, bool(kwargs.get("created")))
+
+
+def _sync_roles(sender: AppConfig, **kwargs: Any) -> None:
+    # After every migrate (and flush of a test database) the role groups exist again.
+    from .roles import sync_role_groups
+
+    sync_role_groups()

@@ -1,0 +1,226 @@
+"""``/metrics``: the console's own figures for Prometheus, read from the database at scrape time,
+so every process answers the same and a restart loses nothing. Sites alert on the recovery
+service itself with these: a dead telemetry source, a silent controller, slow detection.
+
+Every series carries the ``cluster`` label. Rows are counted with a few grouped queries per
+scrape (no per-row work in Python), so a scrape stays cheap on a long history.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable, Iterator
+from datetime import timedelta
+from typing import Any, cast
+
+from django.conf import settings
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from detection.models import Anomaly, AnomalyState, SourceCursor
+from recovery_console.console import reviews
+from recovery_console.fleet.models import Cluster, ClusterMode
+from remediation.models import Advice, ControllerToken
+
+PREFIX = "recovery_console"
+# Detection targets p95 <= 15 s (DESIGN.md §5) and action p95 <= 30 s: buckets around them.
+DETECTION_BUCKETS = (1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+ACTION_BUCKETS = (5.0, 10.0, 15.0, 30.0, 60.0, 90.0, 120.0, 300.0, 600.0, 1800.0)
+
+
+class ConsoleCollector(Collector):
+    """Collects every console metric from the database on each scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        clusters = list(Cluster.objects.all())
+        yield from _clusters(clusters)
+        yield from _anomalies()
+        yield from _advice(clusters)
+        yield _histogram(
+            f"{PREFIX}_detection_latency_seconds",
+            "From the first evidence of an interruption to its anomaly being stored.",
+            Anomaly.objects.all(),
+            "first_evidence_at",
+            "detected_at",
+            DETECTION_BUCKETS,
+        )
+        yield _histogram(
+            f"{PREFIX}_action_latency_seconds",
+            "From an anomaly's detection to its advice being executed by a controller.",
+            Advice.objects.filter(executed_at__isnull=False),
+            "anomaly__detected_at",
+            "executed_at",
+            ACTION_BUCKETS,
+        )
+        yield from _sources()
+        yield from _controllers()
+
+
+def _clusters(clusters: list[Cluster]) -> Iterator[Metric]:
+    mode = GaugeMetricFamily(
+        f"{PREFIX}_cluster_action_mode",
+        "1 when the cluster is in action mode (advice is carried out), 0 in monitor mode.",
+        labels=["cluster"],
+    )
+    for cluster in clusters:
+        mode.add_metric([cluster.name], 1.0 if cluster.mode == ClusterMode.ACTION else 0.0)
+    yield mode
+    agreement = GaugeMetricFamily(
+        f"{PREFIX}_review_agreement_ratio",
+        "Share of labelled advice reviewers agreed with, over the policy's approval window.",
+        labels=["cluster"],
+    )
+    labelled = GaugeMetricFamily(
+        f"{PREFIX}_review_labelled_advice",
+        "Advice labelled by reviewers over the policy's approval window.",
+        labels=["cluster"],
+    )
+    for cluster in clusters:
+        measured = reviews.agreement(cluster)
+        labelled.add_metric([cluster.name], measured.labelled)
+        if measured.rate is not None:
+            agreement.add_metric([cluster.name], measured.rate)
+    yield agreement
+    yield labelled
+
+
+def _anomalies() -> Iterator[Metric]:
+    total = CounterMetricFamily(
+        f"{PREFIX}_anomalies",
+        "Anomalies detected (crashes, hangs, stragglers), by kind and category.",
+        labels=["cluster", "kind", "category"],
+    )
+    open_ = GaugeMetricFamily(
+        f"{PREFIX}_open_anomalies",
+        "Anomalies still open, by kind and category.",
+        labels=["cluster", "kind", "category"],
+    )
+    rows = (
+        Anomaly.objects.values("cluster__name", "kind", "category")
+        .annotate(n=Count("pk"), still_open=Count("pk", filter=Q(state=AnomalyState.OPEN)))
+        .order_by()
+    )
+    for row in rows:
+        labels = [row["cluster__name"], row["kind"], row["category"]]
+        total.add_metric(labels, row["n"])
+        open_.add_metric(labels, row["still_open"])
+    yield total
+    yield open_
+
+
+def _advice(clusters: list[Cluster]) -> Iterator[Metric]:
+    advice = GaugeMetricFamily(
+        f"{PREFIX}_advice",
+        "Advice by recommended action and lifecycle state.",
+        labels=["cluster", "action", "state"],
+    )
+    rows = Advice.objects.values("cluster__name", "action", "state").annotate(n=Count("pk"))
+    for row in rows.order_by():
+        advice.add_metric([row["cluster__name"], row["action"], row["state"]], row["n"])
+    yield advice
+    waiting = GaugeMetricFamily(
+        f"{PREFIX}_advice_awaiting_review",
+        "Advice with no reviewer's label on its current generation.",
+        labels=["cluster"],
+    )
+    for cluster in clusters:
+        waiting.add_metric([cluster.name], reviews.awaiting_review(cluster).count())
+    yield waiting
+
+
+def _histogram(
+    name: str,
+    documentation: str,
+    queryset: QuerySet[Anomaly] | QuerySet[Advice],
+    start: str,
+    end: str,
+    buckets: Iterable[float],
+) -> Metric:
+    """A Prometheus histogram of ``end - start`` per cluster, counted in the database."""
+    bounds = tuple(buckets)
+    latency = ExpressionWrapper(F(end) - F(start), output_field=DurationField())
+    counts = {
+        f"le_{i}": Count("pk", filter=Q(latency__lte=timedelta(seconds=b)))
+        for i, b in enumerate(bounds)
+    }
+    rows = (
+        queryset.annotate(latency=latency)
+        .values("cluster__name")
+        .annotate(count=Count("pk"), total=Sum("latency"), **counts)
+        .order_by()
+    )
+    family = HistogramMetricFamily(name, documentation, labels=["cluster"])
+    for row in cast(Iterable[dict[str, Any]], rows):
+        points = [(_le(b), float(row[f"le_{i}"])) for i, b in enumerate(bounds)]
+        points.append(("+Inf", float(row["count"])))
+        total = row["total"] or timedelta(0)
+        family.add_metric([row["cluster__name"]], points, sum_value=total.total_seconds())
+    return family
+
+
+def _le(bound: float) -> str:
+    return f"{bound:g}" if bound != int(bound) else f"{bound:.1f}"
+
+
+def _sources() -> Iterator[Metric]:
+    healthy = GaugeMetricFamily(
+        f"{PREFIX}_source_healthy",
+        "1 when the telemetry source's last read succeeded, 0 when it failed.",
+        labels=["cluster", "source"],
+    )
+    success = GaugeMetricFamily(
+        f"{PREFIX}_source_last_success_timestamp_seconds",
+        "When the telemetry source was last read successfully (Unix time).",
+        labels=["cluster", "source"],
+    )
+    rows = SourceCursor.objects.values_list("cluster__name", "source", "healthy", "last_success_at")
+    for cluster, source, ok, last in rows:
+        healthy.add_metric([cluster, source], 1.0 if ok else 0.0)
+        if last is not None:
+            success.add_metric([cluster, source], last.timestamp())
+    yield healthy
+    yield success
+
+
+def _controllers() -> Iterator[Metric]:
+    age = GaugeMetricFamily(
+        f"{PREFIX}_controller_heartbeat_age_seconds",
+        "Seconds since each controller's last heartbeat (+Inf: it never sent one).",
+        labels=["cluster", "controller"],
+    )
+    now = timezone.now()
+    tokens = ControllerToken.objects.filter(revoked_at__isnull=True).values_list(
+        "cluster__name", "name", "last_heartbeat_at"
+    )
+    for cluster, controller, last in tokens:
+        seconds = (now - last).total_seconds() if last is not None else float("inf")
+        age.add_metric([cluster, controller], max(0.0, seconds))
+    yield age
+
+
+registry = CollectorRegistry(auto_describe=False)
+registry.register(ConsoleCollector())
+
+
+@require_GET
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """The Prometheus text format. With ``METRICS_TOKEN`` set, a scrape must send it as
+    ``Authorization: Bearer <token>`` (Prometheus' ``authorization`` setting)."""
+    expected = settings.METRICS_TOKEN
+    if expected:
+        sent = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(sent.encode(), f"Bearer {expected}".encode()):
+            response = HttpResponse("a metrics token is required\n", status=401)
+            response["WWW-Authenticate"] = "Bearer"
+            return response
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

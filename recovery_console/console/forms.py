@@ -1,0 +1,236 @@
+"""The console's forms. They parse and check what a person typed; the services decide and write.
+
+JSON documents (policy, signatures, detector knobs) are edited as text: a parse error is shown
+next to its field, and the services' own validation errors are mapped back onto the fields.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from detection.core.constants import DEFAULT_GPUS_PER_NODE
+from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
+from recovery_console.fleet.models import Cluster, WorkloadState
+
+JSON_ATTRS = {"rows": 10, "spellcheck": "false", "class": "code"}
+
+
+class ClusterChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    """A cluster chosen by name, so filter URLs read ``?cluster=demo``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("empty_label", "all clusters")
+        super().__init__(queryset=Cluster.objects.all(), to_field_name="name", **kwargs)
+
+
+class WorkloadFilterForm(forms.Form):
+    cluster = ClusterChoiceField()
+    state = forms.ChoiceField(choices=[("", "any state"), *WorkloadState.choices], required=False)
+    q = forms.CharField(required=False, max_length=200, label="Search")
+
+
+class AuditFilterForm(forms.Form):
+    """Filters of the audit trail; the same names as the API's, so export links reuse them."""
+
+    cluster = ClusterChoiceField()
+    actor = forms.CharField(required=False, max_length=150)
+    verb = forms.CharField(required=False, max_length=64)
+    object_type = forms.CharField(required=False, max_length=64, label="Object type")
+    object_id = forms.CharField(required=False, max_length=64, label="Object id")
+    workload = forms.IntegerField(required=False, min_value=1)
+    created__after = forms.DateTimeField(
+        required=False,
+        label="At or after",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    created__before = forms.DateTimeField(
+        required=False,
+        label="Before",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+
+def _json(value: str, field: str, expected: type) -> Any:
+    text = value.strip()
+    if not text:
+        return expected()
+    try:
+        parsed = json.loads(text)
+    except ValueError as exc:
+        raise ValidationError(f"not valid JSON: {exc}") from exc
+    if not isinstance(parsed, expected):
+        kind = "an object {…}" if expected is dict else "a list […]"
+        raise ValidationError(f"{field} must be {kind}")
+    return parsed
+
+
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True)
+
+
+CLUSTER_FIELDS = ("partitions_allowlist", "policy")
+DETECTION_FIELDS = ("signatures", "progress_pattern", "hang", "straggler", "poll_seconds")
+
+
+class ClusterSettingsForm(forms.Form):
+    """A cluster's allowlist and policy, and its detector settings, in one form."""
+
+    partitions_allowlist = forms.CharField(
+        required=False,
+        label="Partitions allowlist",
+        help_text="Partitions action mode may touch, one per line or comma-separated; "
+        "empty means all partitions.",
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+    )
+    policy = forms.CharField(
+        required=False,
+        help_text="The recovery policy document (JSON); empty means the defaults.",
+        widget=forms.Textarea(attrs=JSON_ATTRS),
+    )
+    signatures = forms.CharField(
+        required=False,
+        label="Custom signatures",
+        help_text="A JSON list of signature objects with name, pattern (RE2), kind, category, "
+        "attribution and role; optional implicates_node, severity, description. They are "
+        "checked before the built-in ones.",
+        widget=forms.Textarea(attrs=JSON_ATTRS),
+    )
+    progress_pattern = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Progress-line pattern",
+        help_text="An RE2 pattern with a named group (?P<step>…) and optionally "
+        "(?P<throughput>…); empty uses the built-in patterns.",
+        widget=forms.TextInput(attrs={"class": "code wide", "spellcheck": "false"}),
+    )
+    hang = forms.CharField(
+        required=False,
+        label="Hang detector",
+        help_text="JSON object of hang-detector settings.",
+        widget=forms.Textarea(attrs={**JSON_ATTRS, "rows": 5}),
+    )
+    straggler = forms.CharField(
+        required=False,
+        label="Straggler detector",
+        help_text="JSON object of straggler-detector settings.",
+        widget=forms.Textarea(attrs={**JSON_ATTRS, "rows": 5}),
+    )
+    poll_seconds = forms.FloatField(label="Poll interval (seconds)", min_value=0)
+
+    @classmethod
+    def initial_from(cls, cluster: Cluster, detection: Any) -> dict[str, Any]:
+        return {
+            "partitions_allowlist": "\n".join(cluster.partitions_allowlist),
+            "policy": _pretty(cluster.policy) if cluster.policy else "",
+            "signatures": _pretty(detection.signatures) if detection.signatures else "",
+            "progress_pattern": detection.progress_pattern,
+            "hang": _pretty(detection.hang) if detection.hang else "",
+            "straggler": _pretty(detection.straggler) if detection.straggler else "",
+            "poll_seconds": detection.poll_seconds,
+        }
+
+    def clean_partitions_allowlist(self) -> list[str]:
+        raw = self.cleaned_data["partitions_allowlist"].replace(",", "\n")
+        return [name.strip() for name in raw.splitlines() if name.strip()]
+
+    def clean_policy(self) -> dict[str, Any]:
+        return dict(_json(self.cleaned_data["policy"], "the policy", dict))
+
+    def clean_signatures(self) -> list[Any]:
+        return list(_json(self.cleaned_data["signatures"], "the signatures", list))
+
+    def clean_hang(self) -> dict[str, Any]:
+        return dict(_json(self.cleaned_data["hang"], "the hang settings", dict))
+
+    def clean_straggler(self) -> dict[str, Any]:
+        return dict(_json(self.cleaned_data["straggler"], "the straggler settings", dict))
+
+    def changes(self, cluster: Cluster, detection: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The changed cluster settings and the changed detection settings."""
+        data = self.cleaned_data
+        cluster_changes = {f: data[f] for f in CLUSTER_FIELDS if data[f] != getattr(cluster, f)}
+        detection_changes = {
+            f: data[f] for f in DETECTION_FIELDS if data[f] != getattr(detection, f)
+        }
+        return cluster_changes, detection_changes
+
+    def add_service_errors(self, error: ValidationError) -> None:
+        """Put a service's per-field messages next to the fields (the rest above the form)."""
+        if not hasattr(error, "error_dict"):
+            self.add_error(None, error)
+            return
+        for field, messages in error.message_dict.items():
+            self.add_error(field if field in self.fields else None, messages)
+
+
+class TestSignalsForm(forms.Form):
+    """A log excerpt to diagnose: pasted or uploaded, optionally with a cluster's signatures."""
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    text = forms.CharField(
+        required=False,
+        label="Paste a log",
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 12, "spellcheck": "false", "class": "code"}),
+    )
+    upload = forms.FileField(required=False, label="or upload a file")
+    cluster = ClusterChoiceField(
+        empty_label="built-in signatures only", label="Also use the custom signatures of"
+    )
+    nodes = forms.CharField(
+        required=False,
+        max_length=4000,
+        label="Nodes in rank order",
+        help_text="Optional, comma-separated: maps ranks to hosts.",
+    )
+    gpus_per_node = forms.IntegerField(
+        min_value=1, max_value=1024, initial=DEFAULT_GPUS_PER_NODE, label="GPUs per node"
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not data.get("text") and not data.get("upload"):
+            raise ValidationError("Paste a log or choose a file.")
+        return data
+
+    def node_list(self) -> tuple[str, ...]:
+        return tuple(n.strip() for n in self.cleaned_data["nodes"].split(",") if n.strip())
+
+
+class LabelForm(forms.Form):
+    """A reviewer's label: agree, or disagree and name the action they would have taken."""
+
+    verdict = forms.ChoiceField(choices=[("agree", "Agree"), ("disagree", "Disagree")])
+    preferred_action = forms.ChoiceField(choices=[("", "—"), *ACTION_CHOICES], required=False)
+    comment = forms.CharField(required=False, max_length=2000, widget=forms.Textarea)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("verdict") == "disagree" and not data.get("preferred_action"):
+            self.add_error("preferred_action", "Choose the action you would have taken.")
+        return data
+
+    @property
+    def agrees(self) -> bool:
+        return bool(self.cleaned_data["verdict"] == "agree")
+
+
+class RequestModeForm(forms.Form):
+    note = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="Note for the approver",
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+
+
+class ReasonForm(forms.Form):
+    """Rejecting a request, returning to monitor mode, releasing a node: a reason is needed."""
+
+    reason = forms.CharField(max_length=2000, widget=forms.TextInput(attrs={"size": 40}))

@@ -1,0 +1,159 @@
+"""The console's own rows: reviewers' labels on advice, requests for action mode, and where
+each cluster's notifications go. Written only by ``reviews``, ``approval`` and
+``notifications.channels``."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import EmailValidator, URLValidator
+from django.db import models
+
+from recovery_console.fleet.core.taxonomy import ACTION_LABELS, Action, choices
+from recovery_console.fleet.models import Cluster
+
+
+class Review(models.Model):
+    """A reviewer's label on one advice: whether they agree, and what they would have done.
+
+    One per (advice, reviewer); labelling again updates it. ``generation`` is the advice's
+    generation the reviewer saw: when sharper evidence revises the advice, the old label no
+    longer counts towards the agreement rate and the advice is back in the review queue."""
+
+    advice = models.ForeignKey(
+        "remediation.Advice", on_delete=models.PROTECT, related_name="reviews"
+    )
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="reviews"
+    )
+    agrees = models.BooleanField()
+    preferred_action = models.CharField(max_length=32, choices=choices(Action, ACTION_LABELS))
+    comment = models.TextField(blank=True)
+    generation = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["advice", "reviewer"], name="review_one_per_reviewer")
+        ]
+        ordering: ClassVar = ["-updated_at"]
+
+    def __str__(self) -> str:
+        verdict = "agrees" if self.agrees else f"prefers {self.preferred_action}"
+        return f"{self.reviewer} on advice {self.advice_id}: {verdict}"
+
+
+class ModeRequestStatus(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+
+class ModeChangeRequest(models.Model):
+    """A request to switch a cluster to action mode, with the agreement measured when it was
+    made. A second person with the approver role decides it; approval measures again."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="mode_requests")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="mode_requests"
+    )
+    requested_at = models.DateTimeField()
+    note = models.TextField(blank=True)
+    agreement_rate = models.FloatField(null=True, blank=True)
+    labelled = models.PositiveIntegerField(default=0)
+    status = models.CharField(
+        max_length=16, choices=ModeRequestStatus.choices, default=ModeRequestStatus.PENDING
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="mode_decisions",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["-requested_at"]
+        indexes: ClassVar = [models.Index(fields=["cluster", "status"])]
+        permissions: ClassVar = [
+            ("approve_modechangerequest", "Can approve or reject a request for action mode"),
+            ("return_to_monitor", "Can return a cluster to monitor mode"),
+        ]
+
+    def __str__(self) -> str:
+        return f"action mode for {self.cluster_id}: {self.status}"
+
+
+class NotificationEvent(models.TextChoices):
+    STOP = "stop", "Stop advised"
+    DRAIN = "drain", "Node drained"
+    MODE_CHANGE = "mode_change", "Cluster mode changed"
+    REVIEW_NEEDED = "review_needed", "Advice waiting for review"
+
+
+class NotificationKind(models.TextChoices):
+    WEBHOOK = "webhook", "Webhook (JSON, Slack-compatible)"
+    EMAIL = "email"
+
+
+def _all_notification_events() -> list[str]:
+    return list(NotificationEvent.values)
+
+
+class NotificationChannel(models.Model):
+    """Where a cluster's notifications go: a webhook URL or a comma-separated list of email
+    addresses, and which events (``NotificationEvent`` values) it wants."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="notification_channels"
+    )
+    kind = models.CharField(max_length=16, choices=NotificationKind.choices)
+    target = models.CharField(max_length=1000)
+    events = models.JSONField(default=_all_notification_events, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering: ClassVar = ["cluster", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.target} for {self.cluster_id}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        self.full_clean(exclude=["cluster"])
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        if not isinstance(self.events, list) or not set(self.events) <= set(
+            NotificationEvent.values
+        ):
+            errors["events"] = [f"must be a list of {', '.join(NotificationEvent.values)}"]
+        if self.kind == NotificationKind.WEBHOOK:
+            try:
+                URLValidator(schemes=["http", "https"])(self.target)
+            except ValidationError:
+                errors["target"] = ["a webhook needs an http:// or https:// URL"]
+        elif self.kind == NotificationKind.EMAIL:
+            bad = [a for a in self.recipients if not _is_email(a)]
+            if bad or not self.recipients:
+                errors["target"] = [f"not an email address: {', '.join(bad) or '(none)'}"]
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def recipients(self) -> list[str]:
+        return [a.strip() for a in self.target.split(",") if a.strip()]
+
+
+def _is_email(address: str) -> bool:
+    try:
+        EmailValidator()(address)
+    except ValidationError:
+        return False
+    return True

@@ -1,0 +1,318 @@
+"""Notifications: per-cluster webhooks (JSON with a Slack-compatible ``text``) and email, on a
+stop advice, a drain, a mode change and advice waiting for review.
+
+They hang off the audit trail, which every one of those events already writes, so no service
+of the loop knows about them: a ``post_save`` of an ``AuditEntry`` whose verb matters enqueues
+one task after the commit (``notify``); the task fans out one delivery per channel, and each
+delivery retries with backoff on its own. The loop never waits on a webhook: with a Celery
+worker the tasks are queued, and with tasks run in-process (embedded) they run on a background
+thread.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import smtplib
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import close_old_connections, transaction
+from django.urls import NoReverseMatch, reverse
+
+from recovery_console.console.models import (
+    NotificationChannel,
+    NotificationEvent,
+    NotificationKind,
+)
+from recovery_console.fleet.models import AuditEntry
+
+log = logging.getLogger(__name__)
+
+# When an entry is several events at once (a stop advice also waits for review), a channel
+# gets one message: the first of these it subscribes to.
+PRIORITY = (
+    NotificationEvent.STOP,
+    NotificationEvent.DRAIN,
+    NotificationEvent.MODE_CHANGE,
+    NotificationEvent.REVIEW_NEEDED,
+)
+VERBS = {
+    "advice.proposed",
+    "advice.dispatched",
+    "advice.revised",
+    "controller.drain_node",
+    "cluster.mode_changed",
+}
+
+
+MAX_ATTEMPTS = 9  # the first try and the task's ``max_retries`` (8)
+BACKOFF_MAX_SECONDS = 600
+
+
+class DeliveryFailed(Exception):
+    """A delivery that may succeed later (network trouble, 5xx, 429): retried with backoff."""
+
+
+class DeliveryRefused(Exception):
+    """A delivery that will not succeed as configured (4xx): logged, not retried."""
+
+
+def events_of(verb: str, payload: dict[str, Any]) -> list[str]:
+    """The notification events an audit entry is, in ``PRIORITY`` order."""
+    found: list[str] = []
+    if verb in ("advice.proposed", "advice.dispatched") and payload.get("action") == "stop":
+        found.append(NotificationEvent.STOP)
+    revised = payload.get("action")
+    if verb == "advice.revised" and isinstance(revised, dict) and revised.get("to") == "stop":
+        found.append(NotificationEvent.STOP)
+    if verb == "controller.drain_node":
+        found.append(NotificationEvent.DRAIN)
+    if verb == "cluster.mode_changed":
+        found.append(NotificationEvent.MODE_CHANGE)
+    if verb == "advice.proposed":
+        found.append(NotificationEvent.REVIEW_NEEDED)
+    return found
+
+
+def event_for(channel: NotificationChannel, entry: AuditEntry) -> str | None:
+    """The one event of ``entry`` this channel hears about, if any."""
+    wanted = set(channel.events)
+    return next((e for e in events_of(entry.verb, entry.payload) if e in wanted), None)
+
+
+# --- the hook --------------------------------------------------------------------------------
+
+
+def on_audit_entry(entry: AuditEntry, created: bool) -> None:
+    """Called for every new audit entry; enqueues ``notify`` after the commit when it matters."""
+    if not created or entry.cluster_id is None or entry.verb not in VERBS:
+        return
+    if not events_of(entry.verb, entry.payload):
+        return
+    entry_id = entry.pk
+    # robust: a broker hiccup must not turn into an error of the change that committed.
+    transaction.on_commit(lambda: _enqueue(entry_id), robust=True)
+
+
+_background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notify")
+
+
+def _enqueue(entry_id: int) -> Future[Any] | None:
+    from recovery_console.celery import app
+    from recovery_console.console.tasks import notify
+
+    if settings.NOTIFY_IN_BACKGROUND_THREAD and app.conf.task_always_eager:
+        return _background.submit(_notify_in_background, entry_id)
+    notify.delay(entry_id)
+    return None
+
+
+def _notify_in_background(entry_id: int) -> None:
+    from recovery_console.console.tasks import notify
+
+    try:
+        notify.apply(args=(entry_id,), throw=False)
+    finally:
+        close_old_connections()
+
+
+def fan_out(entry_id: int) -> int:
+    """Enqueue one delivery per enabled channel of the entry's cluster that wants it."""
+    from recovery_console.console.tasks import deliver_notification
+
+    entry = AuditEntry.objects.select_related("cluster").get(pk=entry_id)
+    count = 0
+    for channel in NotificationChannel.objects.filter(cluster=entry.cluster, enabled=True):
+        event = event_for(channel, entry)
+        if event is None:
+            continue
+        if deliver_notification.app.conf.task_always_eager:
+            # Celery's eager mode cannot retry reliably (nor wait between tries): retry here.
+            deliver_with_retries(channel.pk, entry_id, event)
+        else:
+            deliver_notification.delay(channel.pk, entry_id, event)
+        count += 1
+    return count
+
+
+# --- messages and delivery -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Message:
+    subject: str
+    text: str
+    body: dict[str, Any]
+
+
+def message_for(entry: AuditEntry, event: str, channel_id: int = 0) -> Message:
+    """The message of one event: a line for people (Slack's ``text``) and the facts as JSON."""
+    cluster = entry.cluster.name if entry.cluster else ""
+    text = f"[{cluster}] {_describe(entry, event)}"
+    url = _link(entry, event)
+    body = {
+        # Stable per (entry, channel): a receiver can drop a retried duplicate.
+        "id": f"{entry.sequence}-{channel_id}",
+        "event": event,
+        "text": f"{text} <{url}>" if url else text,
+        "cluster": cluster,
+        "verb": entry.verb,
+        "actor": entry.actor,
+        "at": entry.at.isoformat(),
+        "object": {"type": entry.object_type, "id": entry.object_id},
+        "workload": entry.workload_id,
+        "attempt": entry.attempt_id,
+        "payload": entry.payload,
+        "url": url,
+    }
+    return Message(subject=f"Recovery Console: {text}"[:200], text=text, body=body)
+
+
+def _describe(entry: AuditEntry, event: str) -> str:
+    p, job = entry.payload, _job(entry)
+    if event == NotificationEvent.STOP:
+        reasons = p.get("reasons") or []
+        why = f": {reasons[0]}" if reasons and isinstance(reasons, list) else ""
+        return f"Stop advised for {job} ({p.get('category', 'unknown cause')}){why}"
+    if event == NotificationEvent.DRAIN:
+        node = p.get("node", "a node")
+        return f"Node {node} drained by {entry.actor}" + (
+            f": {p['reason']}" if p.get("reason") else ""
+        )
+    if event == NotificationEvent.MODE_CHANGE:
+        said = f" by {entry.actor}"
+        extra = f" ({p['reason']})" if p.get("reason") else ""
+        if p.get("requested_by"):
+            rate = p.get("agreement_rate")
+            measured = (
+                f", agreement {rate:.0%} over {p.get('labelled')}" if rate is not None else ""
+            )
+            extra = f" (requested by {p['requested_by']}{measured})"
+        return f"Mode changed from {p.get('from')} to {p.get('to')}{said}{extra}"
+    return (
+        f"Advice waiting for review: {p.get('action')} for {job}"
+        f" ({p.get('category')}, {p.get('confidence_label')})"
+    )
+
+
+def _job(entry: AuditEntry) -> str:
+    attempt = entry.attempt
+    if attempt is None:
+        return "an attempt"
+    return f"job {attempt.job_id} attempt {attempt.attempt_index} of {attempt.workload.key}"
+
+
+def _link(entry: AuditEntry, event: str) -> str:
+    base = str(settings.CONSOLE_BASE_URL)
+    if not base or entry.cluster is None:
+        return ""
+    name = entry.cluster.name
+    try:
+        if event == NotificationEvent.STOP and entry.workload_id:
+            path = reverse("workload", args=[entry.workload_id])
+        elif event == NotificationEvent.DRAIN:
+            path = reverse("nodes", args=[name])
+        elif event == NotificationEvent.MODE_CHANGE:
+            path = reverse("mode", args=[name])
+        elif event == NotificationEvent.REVIEW_NEEDED:
+            path = reverse("review-queue")
+        else:
+            path = reverse("cluster", args=[name])
+    except NoReverseMatch:
+        return ""
+    return base + path
+
+
+def deliver(channel_id: int, entry_id: int, event: str) -> str:
+    """Send one message to one channel. Raises ``DeliveryFailed`` when it is worth retrying."""
+    channel = NotificationChannel.objects.filter(pk=channel_id, enabled=True).first()
+    if channel is None:
+        return f"channel {channel_id} is gone or disabled"
+    entry = AuditEntry.objects.select_related("cluster", "attempt__workload").get(pk=entry_id)
+    message = message_for(entry, event, channel.pk)
+    try:
+        if channel.kind == NotificationKind.WEBHOOK:
+            post_json(channel.target, message.body)
+        else:
+            _email(channel, message)
+    except DeliveryRefused as exc:
+        log.warning("notification to %s refused, not retried: %s", channel, exc)
+        return f"refused: {exc}"
+    return f"{event} sent to {channel.kind} {safe_target(channel)}"
+
+
+def deliver_with_retries(channel_id: int, entry_id: int, event: str) -> str:
+    """``deliver`` for tasks run in-process, with the worker's retries: exponential backoff
+    with jitter, then a logged failure (never an exception: the other channels go on)."""
+    failure: DeliveryFailed | None = None
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            return deliver(channel_id, entry_id, event)
+        except DeliveryFailed as exc:
+            failure = exc
+            if attempt + 1 < MAX_ATTEMPTS:
+                time.sleep(backoff_seconds(attempt))
+    log.warning("notification %s of entry %s failed for good: %s", event, entry_id, failure)
+    return f"failed: {failure}"
+
+
+def backoff_seconds(attempt: int) -> float:
+    """As Celery's ``retry_backoff`` with ``retry_jitter``: up to base × 2^attempt, capped."""
+    ceiling = min(BACKOFF_MAX_SECONDS, settings.NOTIFICATION_RETRY_BASE_SECONDS * 2**attempt)
+    return random.uniform(0, ceiling)  # noqa: S311  # jitter, not a secret
+
+
+def post_json(url: str, body: dict[str, Any]) -> None:
+    """POST ``body`` as JSON. A 2xx is delivered, 4xx (but 408 and 429) is refused for good,
+    anything else (5xx, timeouts, connection errors) fails for a retry."""
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise DeliveryRefused(f"not an http(s) URL: {url!r}")
+    request = urllib.request.Request(  # noqa: S310  # the scheme is checked above
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "User-Agent": "recovery-console"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(  # noqa: S310
+            request, timeout=settings.NOTIFICATION_TIMEOUT_SECONDS
+        ) as response:
+            response.read(1024)
+    except urllib.error.HTTPError as exc:
+        if 400 <= exc.code < 500 and exc.code not in (408, 429):
+            raise DeliveryRefused(f"HTTP {exc.code} from {_host(url)}") from exc
+        raise DeliveryFailed(f"HTTP {exc.code} from {_host(url)}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise DeliveryFailed(f"{_host(url)}: {exc}") from exc
+
+
+def _email(channel: NotificationChannel, message: Message) -> None:
+    body = message.text
+    if message.body["url"]:
+        body += f"\n\n{message.body['url']}"
+    body += "\n\n" + json.dumps(message.body["payload"], indent=2, sort_keys=True)
+    try:
+        send_mail(message.subject, body, None, channel.recipients)
+    except (smtplib.SMTPException, OSError) as exc:
+        raise DeliveryFailed(f"email to {channel.target}: {exc}") from exc
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).netloc
+
+
+def safe_target(channel: NotificationChannel) -> str:
+    # A webhook URL's path is often its secret (Slack): the trail and logs keep the host only.
+    if channel.kind == NotificationKind.WEBHOOK:
+        parts = urlsplit(channel.target)
+        return f"{parts.scheme}://{parts.netloc}/…"
+    return channel.target

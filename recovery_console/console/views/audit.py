@@ -1,0 +1,96 @@
+"""The audit trail: filtered, newest first, paged by sequence; its export and chain status."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.cache import cache
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import NoReverseMatch, reverse
+
+from recovery_console.console.forms import AuditFilterForm
+from recovery_console.fleet.audit import ChainReport, verify_chain
+from recovery_console.fleet.models import AuditChainHead, AuditEntry
+
+from .common import page, viewer_required
+
+PER_PAGE = 50
+# The export is the REST API's (cursor-paginated, filtered the same way).
+EXPORT_URL_NAME = "audit-entry-list"
+EXPORT_FALLBACK = "/api/v1/audit-entries/"
+
+
+@viewer_required
+def audit_trail(request: HttpRequest) -> HttpResponse:
+    form = AuditFilterForm(request.GET or None)
+    entries = _filtered(form)
+    cursor = _int(request.GET.get("cursor"))
+    if cursor:
+        entries = entries.filter(sequence__lt=cursor)
+    rows = list(entries[: PER_PAGE + 1])
+    for entry in rows:
+        entry.payload_text = json.dumps(entry.payload, ensure_ascii=False)  # type: ignore[attr-defined]
+    query = _filters_query(request)
+    context = {
+        "form": form,
+        "entries": rows[:PER_PAGE],
+        "next_cursor": rows[PER_PAGE - 1].sequence if len(rows) > PER_PAGE else None,
+        "query": query,
+        "paged": bool(cursor),
+        "csv_url": _export_url("csv", query),
+        "json_url": _export_url("json", query),
+        "section": "audit",
+    }
+    return page(request, "console/audit.html", context)
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() else None
+
+
+def _filtered(form: AuditFilterForm) -> QuerySet[AuditEntry]:
+    entries = AuditEntry.objects.select_related("cluster", "workload").order_by("-sequence")
+    if not (form.is_bound and form.is_valid()):
+        return entries
+    data = form.cleaned_data
+    exact = {
+        "cluster": data["cluster"],
+        "actor": data["actor"],
+        "verb": data["verb"],
+        "object_type": data["object_type"],
+        "object_id": data["object_id"],
+        "workload_id": data["workload"],
+        "at__gte": data["created__after"],
+        "at__lt": data["created__before"],
+    }
+    return entries.filter(**{k: v for k, v in exact.items() if v not in (None, "")})
+
+
+def _filters_query(request: HttpRequest) -> str:
+    query = request.GET.copy()
+    query.pop("cursor", None)
+    for name in [k for k, v in query.items() if v == ""]:
+        query.pop(name)
+    return query.urlencode()
+
+
+def _export_url(fmt: str, query: str) -> str:
+    try:
+        base = reverse(EXPORT_URL_NAME)
+    except NoReverseMatch:
+        base = EXPORT_FALLBACK
+    return f"{base}?format={fmt}" + (f"&{query}" if query else "")
+
+
+@viewer_required
+def chain_status(request: HttpRequest) -> HttpResponse:
+    """Verifying walks the whole trail, so the page loads this part afterwards and the result
+    is kept until the trail grows (or someone asks again)."""
+    head = AuditChainHead.objects.filter(pk=1).values_list("last_sequence", flat=True).first()
+    key = f"console:audit-chain:{head or 0}"
+    report: ChainReport | None = None if request.GET.get("again") else cache.get(key)
+    if report is None:
+        report = verify_chain()
+        cache.set(key, report, timeout=3600)
+    return page(request, "console/_audit_chain.html", {"report": report})

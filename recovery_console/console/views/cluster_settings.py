@@ -1,0 +1,90 @@
+"""A cluster's settings: allowlist, policy, custom signatures and detector knobs (operators
+edit; everyone else reads)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+
+from detection.core.detectors.hang import HangSettings
+from detection.core.detectors.straggler import StragglerSettings
+from detection.models import DetectionSettings
+from detection.services import detection_settings_of, update_detection_settings
+from recovery_console.console.forms import ClusterSettingsForm
+from recovery_console.console.reviews import actor_of
+from recovery_console.console.roles import OPERATOR, has_role
+from recovery_console.fleet import services
+from recovery_console.fleet.models import Cluster
+from remediation.core.policy import Policy
+
+from .common import cluster_or_404, page, viewer_required
+
+
+@viewer_required
+def cluster_settings(request: HttpRequest, name: str) -> HttpResponse:
+    cluster = cluster_or_404(name)
+    detection = detection_settings_of(cluster)
+    editable = has_role(request.user, OPERATOR)
+    initial = ClusterSettingsForm.initial_from(cluster, detection)
+    if request.method == "POST":
+        if not editable:
+            raise PermissionDenied("changing cluster settings needs the operator role")
+        form = ClusterSettingsForm(request.POST, initial=initial)
+        if form.is_valid() and _save(request, form, cluster, detection):
+            return redirect("cluster-settings", name=cluster.name)
+    else:
+        form = ClusterSettingsForm(initial=initial)
+    if not editable:
+        for field in form.fields.values():
+            field.disabled = True
+    context = {
+        "cluster": cluster,
+        "form": form,
+        "editable": editable,
+        "defaults": _defaults(),
+        "telemetry": json.dumps(cluster.telemetry, sort_keys=True),
+        "section": "overview",
+    }
+    return page(request, "console/settings.html", context, status=400 if form.errors else 200)
+
+
+def _save(
+    request: HttpRequest,
+    form: ClusterSettingsForm,
+    cluster: Cluster,
+    detection: DetectionSettings,
+) -> bool:
+    """Apply both halves in one transaction, so a refused signature leaves the policy as it was."""
+    cluster_changes, detection_changes = form.changes(cluster, detection)
+    if not cluster_changes and not detection_changes:
+        messages.info(request, "Nothing changed.")
+        return True
+    actor = actor_of(request.user)
+    try:
+        with transaction.atomic():
+            if cluster_changes:
+                services.update_cluster_settings(actor, cluster, **cluster_changes)
+            if detection_changes:
+                update_detection_settings(actor, cluster, **detection_changes)
+    except ValidationError as exc:
+        form.add_service_errors(exc)
+        return False
+    changed = ", ".join(sorted([*cluster_changes, *detection_changes])).replace("_", " ")
+    messages.success(request, f"Saved: {changed}.")
+    return True
+
+
+def _defaults() -> dict[str, object]:
+    """The defaults an empty document means, shown beside the fields."""
+    documents = {
+        "policy": Policy().to_document(),
+        "hang": asdict(HangSettings()),
+        "straggler": asdict(StragglerSettings()),
+    }
+    return {name: json.dumps(doc, indent=2, sort_keys=True) for name, doc in documents.items()}

@@ -1,0 +1,67 @@
+"""The overview (every cluster at a glance) and one cluster's page."""
+
+from __future__ import annotations
+
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+
+from detection.models import Anomaly
+from recovery_console.console.views import stats
+from recovery_console.fleet.models import Attempt, Cluster, Node, WorkloadState
+
+from .common import cluster_or_404, page, viewer_required
+
+RECENT = 20
+ATTENTION = 25
+
+
+@viewer_required
+def overview(request: HttpRequest) -> HttpResponse:
+    clusters = list(Cluster.objects.all())
+    return page(
+        request,
+        "console/overview.html",
+        {"summaries": stats.summaries(clusters), "section": "overview"},
+    )
+
+
+@viewer_required
+def cluster_card(request: HttpRequest, name: str) -> HttpResponse:
+    summary = stats.summary(cluster_or_404(name))
+    return page(request, "console/_cluster_card.html", {"s": summary})
+
+
+@viewer_required
+def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
+    cluster = cluster_or_404(name)
+    context = {"s": stats.summary(cluster), **_cluster_context(cluster), "section": "overview"}
+    return page(request, "console/cluster.html", context)
+
+
+@viewer_required
+def cluster_workloads(request: HttpRequest, name: str) -> HttpResponse:
+    cluster = cluster_or_404(name)
+    return page(request, "console/_cluster_workloads.html", _cluster_context(cluster))
+
+
+def _cluster_context(cluster: Cluster) -> dict[str, object]:
+    attention = (
+        cluster.workloads.filter(state__in=[WorkloadState.INTERRUPTED, WorkloadState.PENDING])
+        .annotate(attempt_count=Count("attempts"))
+        .order_by("-updated_at")[:ATTENTION]
+    )
+    failures = (
+        Attempt.objects.filter(cluster=cluster, ended_at__isnull=False)
+        .exclude(state__in=["COMPLETED", "REQUEUED"])
+        .select_related("workload")
+        .order_by("-ended_at")[:RECENT]
+    )
+    nodes = Node.objects.filter(cluster=cluster).values("state").annotate(count=Count("id"))
+    anomalies = Anomaly.objects.filter(cluster=cluster).select_related("attempt", "workload")
+    return {
+        "cluster": cluster,
+        "attention": attention,
+        "failures": failures,
+        "nodes": nodes.order_by("state"),
+        "anomalies": anomalies.order_by("-detected_at")[:RECENT],
+    }

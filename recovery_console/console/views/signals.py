@@ -1,0 +1,103 @@
+"""Test signals: paste or upload a log and see what ``diagnose`` finds, before any workload runs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+
+from detection.core.context import DiagnosisContext
+from detection.core.decoding import decode_bytes
+from detection.core.diagnosis import diagnose_lines
+from detection.core.signatures import InvalidSignature, SignatureLibrary, build_library
+from detection.services import custom_signatures_of
+from recovery_console.console.forms import TestSignalsForm
+
+from .common import page, viewer_required
+
+# Like ``manage.py diagnose``, only the end of a huge upload is read: the failure is there.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+CONTEXT_LINES = 2
+MAX_SHOWN_LINES = 400
+
+
+@dataclass(frozen=True)
+class ShownLine:
+    number: int
+    text: str
+    signature: str  # empty for context lines
+    gap_before: bool
+
+
+@viewer_required
+def test_signals(request: HttpRequest) -> HttpResponse:
+    form = TestSignalsForm(request.POST or None, request.FILES or None)
+    context: dict[str, Any] = {"form": form, "section": "signals"}
+    if request.method == "POST" and form.is_valid():
+        context.update(_diagnose(form))
+    return page(request, "console/signals.html", context, status=400 if form.errors else 200)
+
+
+def _diagnose(form: TestSignalsForm) -> dict[str, Any]:
+    data, skipped = _input(form)
+    try:
+        library = _library(form)
+    except InvalidSignature as exc:
+        form.add_error("cluster", f"its custom signatures are invalid: {exc}")
+        return {}
+    lines, report = decode_bytes(data)
+    nodes = form.node_list()
+    diagnosis = diagnose_lines(
+        lines,
+        DiagnosisContext(nodes=nodes, gpus_per_node=form.cleaned_data["gpus_per_node"]),
+        library=library,
+    )
+    result = diagnosis.to_dict()
+    skipped_notes = [
+        (name.replace("_", " "), count)
+        for name, count in report.to_dict().items()
+        if count and name not in {"bytes_read", "lines"}
+    ]
+    return {
+        "result": result,
+        "result_json": json.dumps(result, indent=2),
+        "report": report,
+        "skipped_bytes": skipped,
+        "skipped_notes": skipped_notes,
+        "shown": _shown_lines(
+            lines, {e.line: e.signature for e in diagnosis.evidence if e.line is not None}
+        ),
+    }
+
+
+def _input(form: TestSignalsForm) -> tuple[bytes, int]:
+    upload = form.cleaned_data.get("upload")
+    if upload is None:
+        return form.cleaned_data["text"].encode("utf-8", "replace"), 0
+    skipped = max(0, upload.size - MAX_INPUT_BYTES)
+    upload.seek(skipped)
+    return upload.read(), skipped
+
+
+def _library(form: TestSignalsForm) -> SignatureLibrary | None:
+    cluster = form.cleaned_data.get("cluster")
+    if cluster is None:
+        return None
+    return build_library(custom_signatures_of(cluster.name))
+
+
+def _shown_lines(lines: tuple[str, ...], evidence: dict[int, str]) -> list[ShownLine]:
+    """The evidence lines with a little context each (1-based numbers), gaps marked."""
+    wanted: set[int] = set()
+    for number in evidence:
+        wanted.update(range(max(1, number - CONTEXT_LINES), number + CONTEXT_LINES + 1))
+    shown: list[ShownLine] = []
+    previous = 0
+    for number in sorted(n for n in wanted if n <= len(lines))[:MAX_SHOWN_LINES]:
+        signature = evidence.get(number, "")
+        gap = previous != 0 and number != previous + 1
+        shown.append(ShownLine(number, lines[number - 1], signature, gap))
+        previous = number
+    return shown

@@ -1,0 +1,211 @@
+"""Workloads: the filtered list, and one workload's page with its timeline."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+
+from detection.core.constants import DEFAULT_GPUS_PER_NODE
+from detection.models import Anomaly, AnomalyState, AttemptMonitor
+from detection.services import job_output_tail
+from recovery_console.console import charts
+from recovery_console.console.forms import WorkloadFilterForm
+from recovery_console.fleet.models import ENDED_ATTEMPT_STATES, Attempt, Cluster, Node, Workload
+from remediation.models import Milestone
+
+from .common import page, viewer_required
+
+PER_PAGE = 50
+# The timeline shows the latest attempts; a workload restarted hundreds of times still draws
+# in a few milliseconds.
+TIMELINE_ATTEMPTS = 60
+TABLE_ATTEMPTS = 100
+FAILED_STATES = frozenset(ENDED_ATTEMPT_STATES - {"COMPLETED"})
+
+
+@viewer_required
+def workload_list(request: HttpRequest) -> HttpResponse:
+    form = WorkloadFilterForm(request.GET or None)
+    workloads = _filtered(form)
+    listing = Paginator(workloads, PER_PAGE).get_page(request.GET.get("page"))
+    _annotate_counts(list(listing))
+    clusters = list(Cluster.objects.all())
+    context = {
+        "form": form,
+        "listing": listing,
+        "clusters": clusters,
+        "query": _query_without_page(request),
+        "section": "workloads",
+    }
+    template = "console/_workload_list.html" if _partial(request) else "console/workloads.html"
+    return page(request, template, context)
+
+
+def _partial(request: HttpRequest) -> bool:
+    return request.GET.get("partial") == "1"
+
+
+def _filtered(form: WorkloadFilterForm) -> QuerySet[Workload]:
+    workloads = Workload.objects.select_related("cluster").order_by("-updated_at", "-pk")
+    if form.is_bound and form.is_valid():
+        data = form.cleaned_data
+        if data["cluster"]:
+            workloads = workloads.filter(cluster=data["cluster"])
+        if data["state"]:
+            workloads = workloads.filter(state=data["state"])
+        if data["q"]:
+            workloads = workloads.filter(key__icontains=data["q"])
+    return workloads
+
+
+def _annotate_counts(workloads: list[Workload]) -> None:
+    """Attempts and open anomalies of one page of workloads, in two grouped queries (a join
+    over every workload would multiply attempts by anomalies)."""
+    ids = [w.pk for w in workloads]
+    attempts = _count_by_workload(Attempt.objects.filter(workload_id__in=ids))
+    anomalies = _count_by_workload(
+        Anomaly.objects.filter(workload_id__in=ids, state=AnomalyState.OPEN)
+    )
+    for workload in workloads:
+        workload.attempt_count = attempts.get(workload.pk, 0)  # type: ignore[attr-defined]
+        workload.open_anomalies = anomalies.get(workload.pk, 0)  # type: ignore[attr-defined]
+
+
+def _count_by_workload(queryset: QuerySet[Any]) -> dict[int, int]:
+    rows = queryset.values("workload_id").annotate(n=Count("id")).order_by()
+    return {row["workload_id"]: row["n"] for row in rows}
+
+
+def _query_without_page(request: HttpRequest) -> str:
+    query = request.GET.copy()
+    query.pop("page", None)
+    query.pop("partial", None)
+    return query.urlencode()
+
+
+@viewer_required
+def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    workload = _workload(pk)
+    context = {
+        **_workload_context(workload),
+        **_timeline_context(workload),
+        "section": "workloads",
+    }
+    return page(request, "console/workload.html", context)
+
+
+@viewer_required
+def workload_attempts(request: HttpRequest, pk: int) -> HttpResponse:
+    return page(request, "console/_workload_attempts.html", _workload_context(_workload(pk)))
+
+
+@viewer_required
+def workload_timeline(request: HttpRequest, pk: int) -> HttpResponse:
+    return page(request, "console/_workload_timeline.html", _timeline_context(_workload(pk)))
+
+
+def _workload(pk: int) -> Workload:
+    return get_object_or_404(Workload.objects.select_related("cluster"), pk=pk)
+
+
+def _workload_context(workload: Workload) -> dict[str, object]:
+    attempts = list(workload.attempts.order_by("-first_seen_at", "-attempt_index")[:TABLE_ATTEMPTS])
+    latest = attempts[0] if attempts else None
+    output = job_output_tail(workload.cluster, latest.job_id) if latest else []
+    anomalies = (
+        Anomaly.objects.filter(workload=workload)
+        .select_related("attempt", "advice")
+        .order_by("-detected_at")[:TABLE_ATTEMPTS]
+    )
+    return {"workload": workload, "attempts": attempts, "output": output, "anomalies": anomalies}
+
+
+def _timeline_context(workload: Workload) -> dict[str, object]:
+    attempts = list(
+        workload.attempts.order_by("-first_seen_at", "-attempt_index")[:TIMELINE_ATTEMPTS]
+    )
+    spans = _spans(workload, attempts)
+    markers = _markers(workload, {a.pk: _label(a) for a in attempts})
+    figure = charts.workload_timeline(charts.Timeline(spans, markers, timezone.now()))
+    return {
+        "workload": workload,
+        "losses": charts.losses(spans, FAILED_STATES),
+        "figure": charts.figure_json(figure),
+        "shown_attempts": len(attempts),
+    }
+
+
+def _label(attempt: Attempt) -> str:
+    return f"job {attempt.job_id}#{attempt.attempt_index}"
+
+
+def _spans(workload: Workload, attempts: list[Attempt]) -> list[charts.AttemptSpan]:
+    monitors: dict[int, dict[str, Any]] = {
+        m["attempt_id"]: dict(m)
+        for m in AttemptMonitor.objects.filter(attempt__in=attempts).values(
+            "attempt_id", "throughput", "last_step", "last_progress_at"
+        )
+    }
+    names = {n for a in attempts for n in a.nodes}
+    gpus = dict(
+        Node.objects.filter(cluster_id=workload.cluster_id, name__in=names).values_list(
+            "name", "gpus"
+        )
+    )
+    return [_span(a, monitors.get(a.pk, {}), gpus) for a in attempts if _start(a)]
+
+
+def _start(attempt: Attempt) -> datetime | None:
+    return attempt.started_at or attempt.submitted_at or attempt.first_seen_at
+
+
+def _span(attempt: Attempt, monitor: dict[str, Any], gpus: dict[str, int]) -> charts.AttemptSpan:
+    throughput = monitor.get("throughput") or {}
+    samples = tuple(
+        (datetime.fromisoformat(t), float(v))
+        for t, v in zip(throughput.get("times", ()), throughput.get("values", ()), strict=False)
+    )
+    start = _start(attempt)
+    assert start is not None  # noqa: S101 - _spans keeps only attempts with a start
+    return charts.AttemptSpan(
+        label=_label(attempt),
+        state=attempt.state,
+        nodes=tuple(attempt.nodes),
+        start=start,
+        end=attempt.ended_at,
+        gpus=sum(gpus.get(n) or DEFAULT_GPUS_PER_NODE for n in attempt.nodes),
+        time_to_resume_s=attempt.time_to_resume_s,
+        last_step=monitor.get("last_step"),
+        last_progress_at=monitor.get("last_progress_at"),
+        throughput=samples,
+    )
+
+
+def _markers(workload: Workload, labels: dict[int, str]) -> list[charts.Marker]:
+    anomalies = Anomaly.objects.filter(workload=workload, attempt_id__in=labels).select_related(
+        "advice"
+    )
+    markers: list[charts.Marker] = []
+    for anomaly in anomalies:
+        label = labels[anomaly.attempt_id]
+        text = f"{anomaly.kind}: {anomaly.category}<br>{anomaly.summary[:160]}"
+        markers.append(charts.Marker("anomaly", anomaly.detected_at, label, text))
+        advice = getattr(anomaly, "advice", None)
+        if advice is not None:
+            text = f"advice: {advice.get_action_display()} ({advice.state})"
+            markers.append(charts.Marker("advice", advice.decided_at, label, text))
+    milestones = Milestone.objects.filter(
+        advice__workload=workload, advice__attempt_id__in=labels
+    ).select_related("advice")
+    for milestone in milestones:
+        text = f"{milestone.action} by {milestone.controller}"
+        markers.append(
+            charts.Marker("milestone", milestone.at, labels[milestone.advice.attempt_id], text)
+        )
+    return markers

@@ -1,0 +1,178 @@
+"""Plain records of what a scheduler reports: jobs, nodes and a snapshot of both.
+
+The shapes a Slurm controller's snapshot, the Advisor API and the simulated cluster all speak.
+Pure Python: no Django, no I/O. The vocabulary is Slurm's, because that is what operators read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class JobState(StrEnum):
+    """Slurm job states (squeue's ``job_state``)."""
+
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETING = "COMPLETING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    NODE_FAIL = "NODE_FAIL"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    PREEMPTED = "PREEMPTED"
+
+
+# States after which a job (this attempt of it) no longer runs.
+TERMINAL_JOB_STATES = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.NODE_FAIL,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.OUT_OF_MEMORY,
+        JobState.PREEMPTED,
+    }
+)
+
+
+class NodeState(StrEnum):
+    """Slurm node states as sinfo reports them (base state, with drain shown explicitly)."""
+
+    IDLE = "IDLE"
+    ALLOCATED = "ALLOCATED"
+    MIXED = "MIXED"
+    COMPLETING = "COMPLETING"
+    DOWN = "DOWN"
+    DRAINING = "DRAINING"
+    DRAINED = "DRAINED"
+    UNKNOWN = "UNKNOWN"
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as the scheduler reports it at one moment.
+
+    ``job_id`` is Slurm's id as text: ``"1234"``, or ``"1234_7"`` for task 7 of array 1234, so
+    each array task is its own job. ``restart_count`` is Slurm's ``restart_cnt``: a requeue keeps
+    the job id and adds one, so (job_id, restart_count) names one attempt.
+    """
+
+    job_id: str
+    name: str
+    state: JobState
+    partition: str
+    nodes: tuple[str, ...] = ()
+    restart_count: int = 0
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+    comment: str = ""
+    excluded_nodes: tuple[str, ...] = ()
+    held: bool = False
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_JOB_STATES
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One node as the scheduler reports it."""
+
+    name: str
+    state: NodeState
+    reason: str = ""
+    gpus: int = 0
+    partitions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything the scheduler reported at ``taken_at``."""
+
+    taken_at: datetime
+    jobs: tuple[JobRecord, ...]
+    nodes: tuple[NodeRecord, ...]
+
+
+def snapshot_to_json(snapshot: ClusterSnapshot) -> dict[str, object]:
+    """A JSON-ready dict (times as ISO 8601), for task arguments and the Advisor API."""
+    return {
+        "taken_at": snapshot.taken_at.isoformat(),
+        "jobs": [_record_to_json(job) for job in snapshot.jobs],
+        "nodes": [_record_to_json(node) for node in snapshot.nodes],
+    }
+
+
+def snapshot_from_json(data: dict[str, Any]) -> ClusterSnapshot:
+    """Parse what ``snapshot_to_json`` wrote; a malformed document raises ``ValueError``."""
+    try:
+        return ClusterSnapshot(
+            taken_at=_parse_time(data["taken_at"]),
+            jobs=tuple(_job_from_json(job) for job in data.get("jobs", ())),
+            nodes=tuple(_node_from_json(node) for node in data.get("nodes", ())),
+        )
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed snapshot: {exc!r}") from exc
+
+
+def _record_to_json(record: JobRecord | NodeRecord) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for name, value in asdict(record).items():
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[name] = value
+    return out
+
+
+def _job_from_json(data: dict[str, Any]) -> JobRecord:
+    times = {k: _parse_time(data.get(k)) for k in ("submit_time", "start_time", "end_time")}
+    return JobRecord(
+        job_id=str(data["job_id"]),
+        name=str(data.get("name", "")),
+        state=JobState(data["state"]),
+        partition=str(data.get("partition", "")),
+        nodes=tuple(str(n) for n in data.get("nodes", ())),
+        restart_count=int(data.get("restart_count", 0)),
+        exit_code=_optional_int(data.get("exit_code")),
+        signal=_optional_int(data.get("signal")),
+        reason=str(data.get("reason", "")),
+        comment=str(data.get("comment", "")),
+        excluded_nodes=tuple(str(n) for n in data.get("excluded_nodes", ())),
+        held=bool(data.get("held", False)),
+        **times,
+    )
+
+
+def _node_from_json(data: dict[str, Any]) -> NodeRecord:
+    return NodeRecord(
+        name=str(data["name"]),
+        state=NodeState(data["state"]),
+        reason=str(data.get("reason", "")),
+        gpus=int(data.get("gpus", 0)),
+        partitions=tuple(str(p) for p in data.get("partitions", ())),
+    )
+
+
+def _parse_time(value: object) -> Any:
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(str(value))
+    if parsed.tzinfo is None:
+        raise ValueError(f"time {value!r} has no timezone")
+    return parsed
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]

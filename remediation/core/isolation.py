@@ -1,0 +1,80 @@
+"""Isolation: which nodes to keep out of a workload's next attempt, which to drain, and the
+circuit breaker that keeps a bad rule from emptying a cluster. Strikes are counted here too.
+
+Pure Python over plain data: the policy (``policy.decide``) asks ``isolate``; the services
+count strikes from stored rows with ``strikes_since`` and ``isolated_since``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the policy imports this module; only its types are needed here
+    from .policy import History, Incident, Policy
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Nodes to exclude from the next attempt and to drain, with the reasons."""
+
+    exclude: tuple[str, ...] = ()
+    drain: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+
+def isolate(policy: Policy, incident: Incident, history: History) -> Isolation:
+    """Exclude the nodes the evidence names (and those earlier advice excluded), drain a node
+    on its ``drain_after_strikes``-th strike, all within the circuit breaker. A node that is
+    only suspected (a hypothesis) is neither excluded nor struck."""
+    if not incident.hosts or incident.confidence_label == "hypothesis":
+        reasons = (f"{', '.join(incident.hosts)} only suspected: not excluded",)
+        return Isolation(
+            tuple(sorted(set(history.excluded))), (), reasons if incident.hosts else ()
+        )
+    wanted = sorted(set(incident.hosts) | set(history.excluded))
+    repeat = sorted(
+        h for h in incident.hosts if history.strikes.get(h, 0) + 1 >= policy.drain_after_strikes
+    )
+    allowed, refusal = circuit_breaker(policy, history, set(incident.hosts))
+    exclude = tuple(h for h in wanted if h in allowed or h in history.excluded)
+    drain = tuple(h for h in repeat if h in allowed)
+    drains = [f"{host} reached {policy.drain_after_strikes} strikes: drain it" for host in drain]
+    return Isolation(exclude, drain, tuple([refusal] if refusal else []) + tuple(drains))
+
+
+def circuit_breaker(policy: Policy, history: History, new: set[str]) -> tuple[set[str], str]:
+    """The nodes that may be isolated, and the refusal's reason when some may not: no more
+    than the configured share of the cluster within the window."""
+    already = set(history.isolated)
+    fresh = new - already
+    if not fresh or history.cluster_nodes <= 0:
+        return new, ""
+    share = len(already | fresh) / history.cluster_nodes
+    if share <= policy.circuit_breaker_max_share:
+        return new, ""
+    refusal = (
+        f"circuit breaker: isolating {', '.join(sorted(fresh))} would take out "
+        f"{share:.0%} of the cluster's nodes within {policy.circuit_breaker_window_minutes:g} "
+        f"minutes (limit {policy.circuit_breaker_max_share:.0%}); restarting without it"
+    )
+    return new & already, refusal
+
+
+def strikes_since(strikes: Iterable[Mapping[str, object]], since: datetime, anomaly: int) -> int:
+    """A node's strikes within the window, not counting the one this anomaly gave it (advice
+    is revised as evidence sharpens; its own strike must not push the node over)."""
+    return sum(
+        1
+        for strike in strikes
+        if strike["anomaly"] != anomaly and datetime.fromisoformat(str(strike["at"])) >= since
+    )
+
+
+def isolated_since(
+    drained: bool, excluded_at: datetime | None, drained_at: datetime | None, since: datetime
+) -> bool:
+    """Whether a node counts against the circuit breaker: drained, or taken out in the window."""
+    return drained or any(t is not None and t >= since for t in (excluded_at, drained_at))
