@@ -19,3 +19,34 @@ def test_the_pure_core_imports_nothing_from_django() -> None:
 def test_every_model_change_has_its_migration() -> None:
     result = run(sys.executable, "manage.py", "makemigrations", "--check", "--dry-run")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+BLOCKED = ("django", "rest_framework", "celery", "channels")
+WITHOUT_DJANGO = f"""
+import sys
+from importlib.abc import MetaPathFinder
+
+class Blocked(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {BLOCKED!r}:
+            raise ImportError(f"{{name}} is blocked")
+        return None
+
+sys.meta_path.insert(0, Blocked())
+from datetime import UTC, datetime
+import recovery_console.simulator as simulator
+import detection.core.diagnosis, remediation.core.policy, recovery_console.fleet.core.taxonomy
+
+cluster = simulator.SimulatedCluster(
+    simulator.SimulationConfig(start_time=datetime(2026, 12, 1, tzinfo=UTC), nodes=8)
+)
+lines = list(cluster.advance(600))
+print(len(lines), len(cluster.snapshot().jobs), len(cluster.gpu_metrics()))
+"""
+
+
+def test_the_simulator_and_the_pure_core_run_with_django_and_celery_blocked() -> None:
+    result = run(sys.executable, "-c", WITHOUT_DJANGO)
+    assert result.returncode == 0, result.stderr
+    lines, jobs, samples = (int(n) for n in result.stdout.split())
+    assert lines > 0 and jobs > 0 and samples > 0

@@ -17,7 +17,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from detection.sources.base import SourceUnavailable
 
@@ -45,8 +45,31 @@ class HttpAuth:
         return out
 
 
+class ServerConfig(Protocol):
+    """What every HTTP source's configuration says about reaching its server."""
+
+    @property
+    def base_url(self) -> str: ...
+    @property
+    def timeout(self) -> float: ...
+    @property
+    def auth(self) -> HttpAuth | None: ...
+    @property
+    def max_response_bytes(self) -> int: ...
+
+
 class HttpClient:
     """GETs ``path`` under ``base_url`` and returns the body, or raises ``SourceUnavailable``."""
+
+    @classmethod
+    def for_config(cls, kind: str, config: ServerConfig) -> HttpClient:
+        return cls(
+            kind,
+            config.base_url,
+            timeout=config.timeout,
+            auth=config.auth,
+            max_response_bytes=config.max_response_bytes,
+        )
 
     def __init__(
         self,

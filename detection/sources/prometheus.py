@@ -71,13 +71,7 @@ class PrometheusSource:
         if bad:
             raise ValueError(f"not Prometheus metric names: {bad}")
         self.config = config
-        self.client = HttpClient(
-            "prometheus",
-            config.base_url,
-            timeout=config.timeout,
-            auth=config.auth,
-            max_response_bytes=config.max_response_bytes,
-        )
+        self.client = HttpClient.for_config("prometheus", config)
 
     @property
     def name(self) -> str:

@@ -36,13 +36,7 @@ class RemoteLogSource:
     def __init__(self, config: RemoteLogConfig) -> None:
         self.config = config
         self.query = render_query(config.query, config.job_id)
-        self.client = HttpClient(
-            self.kind,
-            config.base_url,
-            timeout=config.timeout,
-            auth=config.auth,
-            max_response_bytes=config.max_response_bytes,
-        )
+        self.client = HttpClient.for_config(self.kind, config)
 
     @property
     def name(self) -> str:

@@ -10,7 +10,7 @@ Tick = Callable[[float], None]
 WIDTH = 30
 
 
-class Progress:
+class ProgressBar:
     """One bar over weighted stages. On a terminal it redraws in place; elsewhere (a log
     file, a test) it writes a line each time another tenth of the whole is done."""
 

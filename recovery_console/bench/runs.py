@@ -31,7 +31,7 @@ from recovery_console.celery import app as celery_app
 from recovery_console.fleet.models import Cluster
 from recovery_console.simulator import ManualRecoveryBaseline
 
-from .progress_bar import Progress
+from .progress_bar import ProgressBar
 
 MANUAL = ManualRecoveryBaseline(notice_s=1800.0, act_s=900.0)
 IN_MEMORY_LAYER = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -119,7 +119,7 @@ class Measured:
     stages: dict[str, float]
 
 
-def run(options: BenchOptions, progress: Progress) -> tuple[dict[str, Any], Details]:
+def run(options: BenchOptions, progress: ProgressBar) -> tuple[dict[str, Any], Details]:
     """Run every measurement in a throwaway database; the JSON document and the samples."""
     started = time.monotonic()
     spec = loop.LoopSpec(
@@ -151,7 +151,7 @@ def run(options: BenchOptions, progress: Progress) -> tuple[dict[str, Any], Deta
     return result, details
 
 
-def measure(options: BenchOptions, spec: loop.LoopSpec, progress: Progress) -> Measured:
+def measure(options: BenchOptions, spec: loop.LoopSpec, progress: ProgressBar) -> Measured:
     """Each stage in turn: the loop, the runs without it, pages, the cycle at scale (in the
     throwaway database), then signature throughput (no database)."""
     stages: dict[str, float] = {}

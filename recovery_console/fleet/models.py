@@ -36,7 +36,7 @@ class ClusterMode(models.TextChoices):
 class Cluster(models.Model):
     """A Slurm cluster (or the simulated one) whose training jobs we watch.
 
-    ``policy`` is the recovery policy document (see ``remediation.policy``); ``telemetry``
+    ``policy`` is the recovery policy document (see ``remediation.core.policy``); ``telemetry``
     names where logs and GPU metrics come from; ``scheduler`` says how to reach the scheduler.
     All three are validated on save, so a bad document never reaches the loop.
     """
@@ -219,7 +219,7 @@ class AuditEntry(models.Model):
 
     ``sequence`` numbers the rows without gaps and ``entry_hash`` covers the row's content and
     the previous row's hash, so an altered, removed or reordered row breaks the chain
-    (``manage.py verify_audit``). Append with ``recovery_console.audit.record`` only.
+    (``manage.py verify_audit``). Append with ``recovery_console.fleet.audit.record`` only.
     """
 
     sequence = models.PositiveBigIntegerField(unique=True)

@@ -1,8 +1,9 @@
 """A simulated Slurm GPU cluster: a first-class telemetry and scheduler backend.
 
-Pure Python (the standard library and ``detection.telemetry`` only). ``SimulatedCluster`` runs
-training workloads on nodes with GPUs, injects faults from a catalogue with real-world shares and
-real log text, obeys scheduler commands like Slurm, and records the ground truth.
+Pure Python: the standard library and the loop's plain records (``fleet.core``,
+``detection.core.telemetry``), never Django or Celery. ``SimulatedCluster`` runs training
+workloads on nodes with GPUs, injects faults from a catalogue with real-world shares and real log
+text, obeys scheduler commands like Slurm, and records the ground truth.
 """
 
 from .catalogue import ENTRIES, FAMILY_SHARES, Family, FaultEntry, draw_entry, kind_shares

@@ -1,7 +1,8 @@
 """The simulator's mutable inner state: nodes, jobs, attempts and workloads.
 
 These are plain slotted classes, not values: the event loop updates them in place millions of
-times. Only the frozen records in ``detection.telemetry`` and ``records`` leave the package.
+times. Only frozen records (``fleet.core.scheduler``, ``detection.core.telemetry`` and
+``records``) leave the package.
 """
 
 from __future__ import annotations

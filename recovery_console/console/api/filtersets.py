@@ -15,7 +15,13 @@ from recovery_console.console.models import (
     NotificationChannel,
     Review,
 )
-from recovery_console.fleet.core.taxonomy import ACTION_CHOICES, Attribution, Category, Kind
+from recovery_console.fleet.core.taxonomy import (
+    ACTION_CHOICES,
+    Attribution,
+    Category,
+    Kind,
+    choices,
+)
 from recovery_console.fleet.models import (
     JOB_STATE_CHOICES,
     NODE_STATE_CHOICES,
@@ -47,10 +53,6 @@ def _after(field: str) -> filters.IsoDateTimeFilter:
 
 def _before(field: str) -> filters.IsoDateTimeFilter:
     return filters.IsoDateTimeFilter(field_name=field, lookup_expr="lt", label=f"{field} before")
-
-
-def _choices(values: object) -> list[tuple[str, str]]:
-    return [(str(v), str(v)) for v in values]  # type: ignore[attr-defined]
 
 
 class ClusterFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filter is untyped
@@ -92,9 +94,9 @@ class AttemptFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filte
 
 class AnomalyFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filter is untyped
     cluster = _cluster()
-    kind = filters.MultipleChoiceFilter(choices=_choices(Kind))
-    category = filters.MultipleChoiceFilter(choices=_choices(Category))
-    attribution = filters.MultipleChoiceFilter(choices=_choices(Attribution))
+    kind = filters.MultipleChoiceFilter(choices=choices(Kind))
+    category = filters.MultipleChoiceFilter(choices=choices(Category))
+    attribution = filters.MultipleChoiceFilter(choices=choices(Attribution))
     family = filters.ChoiceFilter(choices=AnomalyFamily.choices)
     state = filters.ChoiceFilter(choices=AnomalyState.choices)
     created__after = _after("detected_at")
@@ -111,7 +113,7 @@ class AdviceFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filter
     cluster = _cluster()
     action = filters.MultipleChoiceFilter(choices=ACTION_CHOICES)
     state = filters.MultipleChoiceFilter(choices=AdviceState.choices)
-    category = filters.MultipleChoiceFilter(choices=_choices(Category))
+    category = filters.MultipleChoiceFilter(choices=choices(Category))
     created__after = _after("decided_at")
     created__before = _before("decided_at")
     updated__after = _after("updated_at")

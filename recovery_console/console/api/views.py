@@ -1,7 +1,7 @@
 """The console's REST API (``/api/v1/``): read-only viewsets, and verbs that call services.
 
-Every endpoint checks a role (``recovery_console.roles``): reading needs ``viewer``; each verb
-names the role it needs in ``verb_roles``. Refusals by the approval workflow answer 409 with
+Every endpoint checks a role (``console.roles``): reading needs ``viewer``; each verb names the
+role it needs in ``verb_roles``. Refusals by the approval workflow answer 409 with
 the reason, a missing role 403, invalid input 400.
 """
 

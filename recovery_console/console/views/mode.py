@@ -102,7 +102,7 @@ def approve(request: HttpRequest, name: str, pk: int) -> HttpResponse:
 
 
 @require_POST
-@viewer_required  # an approver rejects; the person who asked may withdraw (checked by reviews)
+@viewer_required  # an approver rejects; the person who asked may withdraw (checked by approval)
 def reject(request: HttpRequest, name: str, pk: int) -> HttpResponse:
     cluster = cluster_or_404(name)
     form = ReasonForm(request.POST)

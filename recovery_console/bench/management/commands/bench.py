@@ -12,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from recovery_console.bench import report, runs
-from recovery_console.bench.progress_bar import Progress
+from recovery_console.bench.progress_bar import ProgressBar
 
 
 @contextmanager
@@ -67,7 +67,9 @@ class Command(BaseCommand):
             workloads=options["workloads"],
             detection=False if options["no_detection"] else None,
         )
-        progress = Progress(lambda text: self.stderr.write(text, ending=""), self.stderr.isatty())
+        progress = ProgressBar(
+            lambda text: self.stderr.write(text, ending=""), self.stderr.isatty()
+        )
         with exit_on_sigterm():
             result, details = runs.run(bench, progress)
         self.stdout.write(json.dumps(result, indent=2))

@@ -29,7 +29,7 @@ DEMO_SCHEDULER = {
 }
 
 
-# Demo people, one per kind of work (see recovery_console.roles). They share a password that
+# Demo people, one per kind of work (see recovery_console.console.roles). They share a password that
 # the command prints, so they are only created in a DEBUG (embedded) install unless asked for.
 DEMO_PASSWORD = "demo-password"  # noqa: S105  # printed on purpose: a demo login
 DEMO_USERS: dict[str, tuple[str, ...]] = {
