@@ -21,6 +21,7 @@ class SourceCursor(models.Model):
     The cursor is saved in the same transaction as what was read, so a restart neither loses
     nor repeats lines."""
 
+    # Bookkeeping, not history: cursors go with their cluster.
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="source_cursors")
     source = models.CharField(max_length=64)
     cursor = models.JSONField(default=dict, blank=True)
@@ -47,6 +48,7 @@ class AttemptMonitor(models.Model):
     throughput = models.JSONField(default=dict, blank=True)
     matched_lines = models.JSONField(default=list, blank=True)
     lines_seen = models.PositiveBigIntegerField(default=0)
+    # Remediation reads it too: retries that get no further count toward the policy's limit.
     last_step = models.BigIntegerField(null=True, blank=True)
     last_progress_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -75,6 +77,7 @@ class DetectionSettings(models.Model):
         return f"detection settings of {self.cluster}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
+        # Validated on every save, so the scan loop never meets settings it cannot compile.
         self.full_clean(exclude=["cluster"])
         super().save(*args, **kwargs)
 
@@ -112,6 +115,7 @@ class Anomaly(models.Model):
     (a flood of one Xid, one watchdog line on 512 ranks) only count. A slowdown is a separate
     family. ``first_evidence_at`` → ``detected_at`` is the detection latency."""
 
+    # PROTECT: anomalies are history (advice points at them); what they are about must stay.
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="anomalies")
     workload = models.ForeignKey(Workload, on_delete=models.PROTECT, related_name="anomalies")
     attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, related_name="anomalies")
@@ -136,6 +140,7 @@ class Anomaly(models.Model):
 
     class Meta:
         constraints: ClassVar = [
+            # One row per attempt and family: new evidence updates it instead of adding another.
             models.UniqueConstraint(fields=["attempt", "family"], name="anomaly_one_per_family")
         ]
         indexes: ClassVar = [models.Index(fields=["cluster", "detected_at"])]
@@ -171,9 +176,11 @@ class PendingLines(models.Model):
 
     @classmethod
     def hold(cls, cluster: Cluster, job_id: str, lines: list[LogLine]) -> None:
+        # Locked: two scans of one job's output would otherwise lose each other's lines.
         row, _ = cls.objects.select_for_update().get_or_create(
             cluster=cluster, job_id=job_id, defaults={"first_at": lines[0].at}
         )
+        # The newest lines are kept: the end of a job's output is where its failure shows.
         row.lines = (row.lines + [[line.at.isoformat(), line.text] for line in lines])[
             -cls.MAX_LINES :
         ]
@@ -184,6 +191,7 @@ class PendingLines(models.Model):
         row = cls.objects.select_for_update().filter(cluster=cluster, job_id=job_id).first()
         if row is None:
             return []
+        # Taken once: the first attempt adopts the lines, and a later one must not see them again.
         row.delete()
         return [
             LogLine(at=datetime.fromisoformat(at), text=text, job_id=job_id)

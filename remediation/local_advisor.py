@@ -23,6 +23,7 @@ class LocalAdvisor:
         console.record_snapshot(self.token.actor, self.token.cluster, snapshot)
 
     def active_advice(self) -> list[AdviceItem]:
+        # Through the API's own serializer, so an in-process controller sees what an HTTP one does.
         published = AdviceSerializer(services.active_advice(self.token.cluster), many=True).data
         return [AdviceItem.from_json(dict(item)) for item in published]
 
@@ -44,6 +45,7 @@ class LocalAdvisor:
 
 def controller_token_for(cluster: Any, name: str = "local") -> ControllerToken:
     """The token an in-process controller acts under (created on first use, audited)."""
+    # Reused across restarts, rather than a new token (and audit entry) on every start.
     tokens = ControllerToken.objects.filter(cluster=cluster, name=name, revoked_at__isnull=True)
     token = tokens.first()
     return token or services.issue_controller_token("system:controller", cluster, name).token

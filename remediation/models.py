@@ -21,6 +21,7 @@ class DesiredState(models.TextChoices):
     UNCHANGED = "unchanged", "Unchanged"
 
 
+# Controllers converge on the desired state; they never interpret the policy's action names.
 DESIRED_STATE_OF_ACTION = {
     Action.RESTART_EXCLUDING_NODE: DesiredState.RUNNING_EXCLUDING,
     Action.RESTART: DesiredState.RUNNING,
@@ -49,9 +50,11 @@ class Advice(models.Model):
     nothing. ``enforce`` is false in monitor mode and outside the partition allowlist: a
     controller must not act on such advice."""
 
+    # PROTECT throughout: advice is history, so what it was about cannot be deleted under it.
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="advice")
     workload = models.ForeignKey(Workload, on_delete=models.PROTECT, related_name="advice")
     attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, related_name="advice")
+    # One advice per anomaly: sharper evidence revises it (a new generation), never adds a second.
     anomaly = models.OneToOneField(Anomaly, on_delete=models.PROTECT, related_name="advice")
     generation = models.PositiveIntegerField(default=1)
     action = models.CharField(max_length=32, choices=ACTION_CHOICES)
@@ -67,6 +70,7 @@ class Advice(models.Model):
     state = models.CharField(max_length=16, choices=AdviceState.choices)
     decided_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+    # Set by a conditional update, so of two controllers only one ever holds the claim.
     claimed_by = models.CharField(max_length=100, blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
     executed_at = models.DateTimeField(null=True, blank=True)
@@ -99,6 +103,7 @@ class NodeHealth(models.Model):
     state = models.CharField(
         max_length=16, choices=NodeHealthState.choices, default=NodeHealthState.HEALTHY
     )
+    # [{at, anomaly, workload, category}]: the policy counts only those inside its strike window.
     strikes = models.JSONField(default=list, blank=True)
     excluded_at = models.DateTimeField(null=True, blank=True)
     drained_at = models.DateTimeField(null=True, blank=True)
@@ -118,6 +123,7 @@ class NodeHealth(models.Model):
         return f"{self.name}: {self.state}"
 
 
+# A plain SHA-256 is enough: tokens are long random strings, not passwords open to guessing.
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -164,8 +170,10 @@ class Milestone(models.Model):
 
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="+")
     advice = models.ForeignKey(Advice, on_delete=models.PROTECT, related_name="milestones")
+    # Unique per cluster, not per advice: the controller's key already names advice and generation.
     idempotency_key = models.CharField(max_length=200)
     action = models.CharField(max_length=32, choices=Step.choices)
+    # When the controller did it, which a delayed report may deliver long after (recorded_at).
     at = models.DateTimeField()
     recorded_at = models.DateTimeField()
     controller = models.CharField(max_length=150)

@@ -29,6 +29,7 @@ from detection.sources import (
 
 from .textfile import TextfileConfig, TextfileMetrics
 
+# Node logs are named after their host (gpu-node-02.log): the "job" group carries the host.
 NODE_LOG_NAMES = r"^(?P<job>[A-Za-z0-9._-]+)\.log$"
 LOG_SOURCE_TYPES = ("simulated", "files", "loki", "victorialogs")
 METRICS_SOURCE_TYPES = ("simulated", "prometheus", "none")
@@ -48,6 +49,7 @@ class ClusterSources:
 
 def check_telemetry(telemetry: dict[str, Any]) -> list[str]:
     """What is wrong with a telemetry document, one entry per problem (empty: nothing)."""
+    # Types only: the rest of each section is read when the sources are built.
     logs = telemetry.get("logs", {}).get("type", "simulated")
     metrics = telemetry.get("metrics", {}).get("type", "simulated")
     problems = []
@@ -69,6 +71,7 @@ def build_sources(
     """The sources a telemetry document names, keyed by a stable name (their cursors' key)."""
     directory = simulator_directory(simulator_root, cluster_name)
     return ClusterSources(
+        # No section means the simulated cluster, so a new cluster works before it is configured.
         logs=_log_sources(directory, telemetry.get("logs") or {"type": "simulated"}),
         metrics=_metrics_source(directory, telemetry.get("metrics") or {"type": "simulated"}),
     )
@@ -78,6 +81,7 @@ def _log_sources(directory: Path, spec: dict[str, Any]) -> dict[str, LogSource]:
     kind = spec.get("type", "simulated")
     if kind == "simulated":
         return {
+            # These names key the cursors: renaming one loses the place its source was read to.
             "job-files": JobOutputFiles(FilesConfig(directory=str(directory))),
             "node-logs": _node_logs(str(directory / "nodes")),
         }
@@ -87,6 +91,7 @@ def _log_sources(directory: Path, spec: dict[str, Any]) -> dict[str, LogSource]:
                 FilesConfig(
                     directory=spec["path"],
                     pattern=spec.get("pattern", "slurm-*.out"),
+                    # Empty means the default: a regex without a job group would be refused.
                     name_regex=spec.get("name_regex") or FilesConfig.name_regex,
                 )
             )
@@ -124,6 +129,7 @@ def _remote(spec: dict[str, Any]) -> dict[str, Any]:
         options["auth"] = HttpAuth(
             username=spec.get("username"), password=_secret(spec, "password"), bearer_token=token
         )
+    # Loki's X-Scope-OrgID; VictoriaLogs names its tenant by account and project ids instead.
     if spec.get("tenant") and spec["type"] == "loki":
         options["tenant"] = spec["tenant"]
     return options
@@ -147,7 +153,9 @@ def _label_names(spec: dict[str, Any]) -> LabelNames:
 
 def _secret(spec: dict[str, Any], name: str) -> str | None:
     """A credential inline, or (better) from a file named by ``<name>_file``."""
+    # A file keeps the secret out of the settings, which the audit trail records on each change.
     if spec.get(f"{name}_file"):
+        # Stripped: the file's trailing newline is not part of the secret.
         return Path(spec[f"{name}_file"]).read_text().strip()
     value = spec.get(name)
     return str(value) if value else None
@@ -165,4 +173,5 @@ def _metrics_source(directory: Path, spec: dict[str, Any]) -> MetricsSource | No
                 job_label=spec.get("job_label", "hpc_job"),
             )
         )
+    # "none": no metrics; detection works from the logs and the scheduler alone.
     return None

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from detection.sources.base import SourceUnavailable
 
+# In chunks, so the size cap and the deadline are checked while the body arrives.
 READ_CHUNK = 256 * 1024
 ERROR_EXCERPT_CHARS = 300
 
@@ -40,6 +41,7 @@ class HttpAuth:
         if self.bearer_token:
             out["Authorization"] = f"Bearer {self.bearer_token}"
         elif self.username is not None:
+            # Basic only without a bearer token: a server reads a single Authorization header.
             pair = f"{self.username}:{self.password or ''}".encode()
             out["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
         return out
@@ -81,6 +83,7 @@ class HttpClient:
         max_response_bytes: int = 32 * 1024 * 1024,
     ) -> None:
         parsed = urllib.parse.urlsplit(base_url)
+        # Checked once: a bad URL fails when the source is built, not at every poll.
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"{kind} URL must be http(s)://host[:port][/prefix], got {base_url!r}")
         self.base_url = base_url.rstrip("/")
@@ -102,10 +105,12 @@ class HttpClient:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
                 return self._read(response)
         except urllib.error.HTTPError as exc:
+            # HTTPError first: it is also a URLError, and its body says why the server refused.
             raise self.unavailable(_http_error_text(exc)) from exc
         except urllib.error.URLError as exc:
             raise self.unavailable(_connect_error_text(exc.reason, self.timeout)) from exc
         except TimeoutError as exc:
+            # A timeout while reading the body arrives as itself, not wrapped in a URLError.
             raise self.unavailable(f"no answer within {self.timeout:g} s") from exc
         except (http.client.HTTPException, ConnectionError) as exc:
             raise self.unavailable(f"broken response ({type(exc).__name__}: {exc})") from exc
@@ -148,6 +153,7 @@ def excerpt(body: bytes | str, limit: int = ERROR_EXCERPT_CHARS) -> str:
 
 def _http_error_text(exc: urllib.error.HTTPError) -> str:
     try:
+        # Bounded: an error page can be as large as any answer.
         body = exc.read(64 * 1024)
     except (OSError, http.client.HTTPException):
         body = b""

@@ -21,6 +21,7 @@ from detection.sources.paging import Entry, LabelNames, Page
 from detection.sources.remote import RemoteLogConfig, RemoteLogSource
 
 QUERY_RANGE = "/loki/api/v1/query_range"
+# Loki 3: structured metadata comes back per entry instead of splitting streams by it.
 CATEGORIZE_HEADER = "X-Loki-Response-Encoding-Flags"
 
 
@@ -57,12 +58,14 @@ class LokiSource(RemoteLogSource):
             ("query", self.query),
             ("start", str(start_ns)),
             ("end", str(end_ns)),
+            # May exceed page_limit by the entries already seen at the boundary (see paging).
             ("limit", str(limit)),
             ("direction", "forward"),
         ]
         return QUERY_RANGE, params, self.headers
 
     def parse(self, body: bytes) -> Page:
+        # A fresh cleaner per page: each entry carries its own cut flag, so no count is shared.
         return parse_query_range(body, self.config.labels, TextCleaner())
 
 
@@ -74,6 +77,7 @@ def parse_query_range(body: bytes, labels: LabelNames, cleaner: TextCleaner) -> 
         raise ValueError(f"not JSON ({exc})") from exc
     result = _streams_result(doc)
     entries = [e for stream in result for e in _stream_entries(stream, labels, cleaner)]
+    # Warnings become notes rather than failing the fetch: the lines are still good.
     warnings = doc.get("warnings") or []
     if not isinstance(warnings, list):
         raise ValueError("'warnings' is not a list")
@@ -105,6 +109,7 @@ def _stream_entries(stream: Any, labels: LabelNames, cleaner: TextCleaner) -> li
     values = stream.get("values")
     if not isinstance(values, list):
         raise ValueError("a stream's 'values' is not a list")
+    # The stream's identity for de-duplication: its sorted labels, the same on every page.
     key = json.dumps(stream_labels, sort_keys=True)
     return [_entry(value, stream_labels, key, labels, cleaner) for value in values]
 
@@ -115,8 +120,10 @@ def _entry(
     if not isinstance(value, list) or len(value) not in (2, 3):
         raise ValueError(f"a value is not [ts, line] or [ts, line, metadata]: {value!r:.80}")
     ts, line = value[0], value[1]
+    # Nanoseconds as a string: a float would lose precision and break the cursor's ties.
     if not isinstance(ts, str) or not ts.isdigit() or not isinstance(line, str):
         raise ValueError(f"a value has no nanosecond timestamp string and line: {value!r:.80}")
+    # Structured metadata may carry the job id or host when the stream labels do not.
     merged = {**stream, **_metadata(value[2])} if len(value) == 3 else stream
     text, cut = cleaner.cut(line)
     return Entry(int(ts), key, text, labels.job_of(merged), labels.host_of(merged), cut)

@@ -21,6 +21,7 @@ class MemoryLogSource:
 
     def __init__(self, retain: int = 1_000_000, batch: int = 50_000) -> None:
         self.name = "in-process log lines"
+        # Bounded, so a consumer that stops reading cannot grow memory without end.
         self._lines: deque[LogLine] = deque(maxlen=retain)
         self._pushed = 0
         self._batch = batch
@@ -32,6 +33,7 @@ class MemoryLogSource:
 
     def fetch(self, cursor: dict[str, Any] | None, now: datetime) -> LogBatch:
         read = int((cursor or {}).get("read", 0))
+        # Line numbers count every push, so a cursor keeps its meaning after old lines are dropped.
         first_kept = self._pushed - len(self._lines)
         lost = max(0, first_kept - read)
         start = max(read, first_kept) - first_kept
@@ -52,5 +54,6 @@ class MemoryMetrics:
         self._samples = tuple(samples)
 
     def scrape(self, now: datetime | None = None) -> MetricScrape:
+        # The simulator's clock, not the wall clock, when the caller gives no time.
         at = now or (self._samples[0].at if self._samples else datetime.now(UTC))
         return MetricScrape(at=at, samples=self._samples)

@@ -35,6 +35,7 @@ class RemoteLogSource:
 
     def __init__(self, config: RemoteLogConfig) -> None:
         self.config = config
+        # Rendered once: a bad job id fails here, before any request is built from it.
         self.query = render_query(config.query, config.job_id)
         self.client = HttpClient.for_config(self.kind, config)
 
@@ -50,6 +51,7 @@ class RemoteLogSource:
         try:
             return self.parse(body)
         except ValueError as exc:
+            # Reported like an outage: the cursor stays put and the same page is asked for again.
             raise self.client.unavailable(f"answered an unexpected response: {exc}") from exc
 
     def request(

@@ -13,6 +13,7 @@ from detection.core.telemetry import MetricSample
 from detection.sources.base import SourceUnavailable
 from detection.sources.prometheus import MetricScrape
 
+# A timestamp after the value is ignored: every sample counts as read at the scrape.
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -37,6 +38,7 @@ class TextfileMetrics:
         at = now or datetime.now(UTC)
         try:
             with Path(self.config.path).open("rb") as handle:
+                # One byte past the cap tells an oversized file from one exactly at it.
                 data = handle.read(self.config.max_bytes + 1)
         except OSError as exc:
             raise SourceUnavailable(self.name, f"cannot read it: {exc.strerror}") from exc
@@ -64,7 +66,9 @@ class TextfileMetrics:
             value = float(found["value"])
         except ValueError:
             return None
+        # Per-GPU series only; node-level ones are counted as dropped.
         if host is None or not gpu.isdigit():
             return None
+        # An empty job label (an idle GPU) means no job, not a job named "".
         job = labels.get(self.config.job_label) or None
         return MetricSample(at, host, int(gpu), found["name"], value, job)

@@ -84,7 +84,9 @@ def _entry(raw: bytes, number: int, labels: LabelNames, cleaner: TextCleaner) ->
     if not isinstance(row, dict) or not isinstance(row.get("_time"), str):
         raise ValueError(f"line {number} is not a log entry with _time: {excerpt(raw, 80)!r}")
     stream_text = row.get("_stream", "{}")
+    # Entry fields win over stream labels: they are the more specific place for job and host.
     fields = {**parse_stream(str(stream_text)), **_string_fields(row)}
+    # The stream's identity for de-duplication; the labels text when no _stream_id is sent.
     stream = str(row.get("_stream_id") or stream_text)
     message = row.get("_msg", "")  # an empty message is left out of the answer
     text, cut = cleaner.cut(message if isinstance(message, str) else str(message))
@@ -117,6 +119,7 @@ def _unquote(quoted: str) -> str:
     try:
         value = json.loads(f'"{quoted}"')
     except ValueError:
+        # Not a valid JSON escape: undo only the quote and backslash escapes.
         return quoted.replace('\\"', '"').replace("\\\\", "\\")
     return value if isinstance(value, str) else quoted
 
@@ -128,9 +131,11 @@ def rfc3339_to_ns(text: str) -> int:
         raise ValueError(f"_time is not RFC3339: {text!r:.40}")
     base, fraction, zone = match.groups()
     whole = datetime.fromisoformat(base + ("+00:00" if zone.upper() == "Z" else zone))
+    # By hand: datetime keeps microseconds only, and the cursor needs every nanosecond.
     return int(whole.timestamp()) * 1_000_000_000 + int((fraction or "").ljust(9, "0"))
 
 
 def ns_to_rfc3339(ns: int) -> str:
+    # Whole seconds through datetime, nanoseconds appended: exact, unlike a float timestamp.
     seconds = ns_to_datetime(ns - ns % 1_000_000_000).astimezone(UTC)
     return f"{seconds:%Y-%m-%dT%H:%M:%S}.{ns % 1_000_000_000:09d}Z"

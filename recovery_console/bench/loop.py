@@ -37,16 +37,20 @@ from .progress_bar import Tick
 
 ACTOR = "system:bench"
 START = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
+# The controller's poll interval: each step of the loop advances this much simulated time.
 POLL_S = 5.0
+# Fixed, so the loop and the runs without it number their jobs alike for the same seed.
 FIRST_JOB_ID = 4200
 # The site's hardware team repairs a drained node and returns it to service this long after the
 # drain. The run packs weeks of faults into hours, so repairs are quick too; without them the
 # drained nodes fill the circuit breaker's budget for good and nothing can be isolated again.
 REPAIR_S = 2 * 3600.0
+# Checked once a simulated minute: repairs need no finer timing.
 REPAIR_EVERY_STEPS = 12
 REPAIRER = "system:bench-repairs"
 # The controller milestones that finish carrying out an advice.
 FINAL_STEPS = ("release", "cancel")
+# Faults that come back after every restart: only a stop helps.
 UNFIXABLE = frozenset(entry.key for entry in ENTRIES if entry.persistent)
 
 
@@ -171,6 +175,7 @@ def detected_records(cluster: Cluster) -> list[scoring.Detected]:
         for a in Advice.objects.filter(cluster=cluster).only("pk", "anomaly_id", "action")
     }
     done = _last_steps(cluster)
+    # Audit entries are stamped on the wall clock: when each anomaly row was written.
     stored = dict(
         AuditEntry.objects.filter(cluster=cluster, verb="anomaly.detected").values_list(
             "object_id", "at"
@@ -207,6 +212,7 @@ def _last_steps(cluster: Cluster) -> dict[int, tuple[datetime, datetime]]:
     """Per advice, its last release or cancel: when (simulated clock) and when it was
     recorded (wall clock)."""
     done: dict[int, tuple[datetime, datetime]] = {}
+    # In order, so an advice's last release or cancel overwrites its earlier ones.
     finals = Milestone.objects.filter(cluster=cluster, action__in=FINAL_STEPS).order_by("at", "pk")
     for advice_id, at, recorded in finals.values_list("advice_id", "at", "recorded_at"):
         done[advice_id] = (at, recorded)

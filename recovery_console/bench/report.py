@@ -112,6 +112,7 @@ def _confusion(result: dict[str, Any]) -> go.Figure:
             hovertemplate="injected %{y}<br>detected %{x}<br>%{z}<extra></extra>",
         )
     )
+    # First category at the top, as the matrix reads in the JSON document.
     fig.update_yaxes(autorange="reversed", title="injected")
     fig.update_xaxes(title="detected", tickangle=-25)
     return fig

@@ -33,7 +33,9 @@ from recovery_console.simulator import ManualRecoveryBaseline
 
 from .progress_bar import ProgressBar
 
+# The manual baseline: half an hour to notice a broken job, a quarter of an hour to act.
 MANUAL = ManualRecoveryBaseline(notice_s=1800.0, act_s=900.0)
+# Live-page events stay in this process: the benchmark must not reach the console's broker.
 IN_MEMORY_LAYER = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 # DESIGN.md section 5.
 TARGETS = {
@@ -55,7 +57,9 @@ class BenchOptions:
     seed: int = 1
     nodes: int = 64
     hours: float = 8.0
+    # A hundred times the simulator's default, so a few hours give enough faults to score.
     fault_rate: float = 0.1
+    # Running workloads for the cycle at scale; the loop sizes its own from ``nodes``.
     workloads: int = 2000
     detection: bool = True
     quick: bool = False
@@ -65,11 +69,14 @@ class BenchOptions:
     page_repeats: int = 5
     log_mb: float = 256.0
     log_repeats: int = 3
+    # grep with exact repeat bounds is slow, so it is timed on a sample only.
     exact_sample_mb: float = 1.0
+    # Faults this young at the end are not scored: their recovery may still be under way.
     settle_s: float = 900.0
 
     @classmethod
     def make(cls, *, quick: bool = False, **given: Any) -> BenchOptions:
+        # Options the command line left out arrive as None and must not override the defaults.
         chosen = {k: v for k, v in given.items() if v is not None}
         base = QUICK if quick else cls()
         return replace(base, quick=quick, **chosen)
@@ -137,6 +144,7 @@ def run(options: BenchOptions, progress: ProgressBar) -> tuple[dict[str, Any], D
     cutoff = loop.scoring_cutoff(outcome, options.settle_s)
     scored = scoring.score(outcome.faults, outcome.detected, cutoff)
     result = document(options, spec, measured, scored)
+    # Known only once every stage has run.
     result["runs"].update(
         database=measured.database,
         wall_seconds=round(time.monotonic() - started, 1),
@@ -166,6 +174,7 @@ def measure(options: BenchOptions, spec: loop.LoopSpec, progress: ProgressBar) -
             tick(1.0)
         with _stage(stages, "pages"):
             pages = scale.measure_pages(
+                # The loop's own cluster, so the pages show real anomalies and advice.
                 Cluster.objects.get(name="bench-loop"),
                 options.audit_rows,
                 options.page_workloads,
@@ -176,6 +185,7 @@ def measure(options: BenchOptions, spec: loop.LoopSpec, progress: ProgressBar) -
             cycle = scale.measure_cycle(
                 options.workloads, options.seed, options.cycles, progress.stage("cycle")
             )
+    # No database needed: this stage runs after the throwaway one is gone.
     with _stage(stages, "signatures"):
         signatures = throughput.measure_signatures(
             options.log_mb,
@@ -211,6 +221,7 @@ def document(
             "missed_by_entry": scoring.missed_entries(scored),
             "matching": MATCHING_RULE,
         },
+        # The headline figure is the category's accuracy; attribution proper is reported below.
         "attribution_accuracy": attribution["category"],
         "attribution": {**attribution, "first_occurrences": _first_occurrences(scored)},
         "hosts": scoring.hosts(scored),
@@ -304,10 +315,12 @@ def targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "ingest_lines_per_s": result["cycle"]["ingest"]["lines_per_s"],
         "signature_lines_per_s": result["signatures"]["lines_per_s"],
     }
+    # Latencies and the cycle must stay under their targets; the rest must reach theirs.
     at_most = {"detection_p95_crash_s", "action_p95_s", "cycle_s"}
     out = {}
     for name, target in TARGETS.items():
         value = measured[name]
+        # A figure that could not be measured neither meets nor misses its target.
         met = None if value is None else value <= target if name in at_most else value >= target
         out[name] = {"target": target, "measured": value, "met": met}
     return out
@@ -344,6 +357,7 @@ def isolated() -> Iterator[None]:
     trace = logging.getLogger("celery.app.trace")
     level = trace.level
     celery_app.conf.task_always_eager = True
+    # Eager tasks log every success at INFO: thousands of lines a run.
     trace.setLevel(logging.WARNING)
     try:
         with override_settings(CHANNEL_LAYERS=IN_MEMORY_LAYER, NOTIFY_IN_BACKGROUND_THREAD=False):
@@ -365,8 +379,10 @@ def throwaway_database() -> Iterator[str]:
         name = str(Path(directory) / "bench.sqlite3")
     else:
         name = f"test_bench_{os.getpid()}"
+    # create_test_db takes its name from TEST.NAME; the original settings come back after.
     test["NAME"] = name
     try:
+        # Nothing to serialize: no test case will roll back to this state.
         connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
         yield name
     finally:

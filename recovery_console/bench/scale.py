@@ -89,6 +89,7 @@ def measure_cycle(workloads: int, seed: int, cycles: int, tick: Tick) -> dict[st
         "nodes_per_job": list(NODES_PER_JOB),
     }
     cluster = simulated_cluster("bench-scale", simulation)
+    # In process: writing files would be the simulator's cost, not the cycle's.
     runner = SimulationRunner(cluster, start=START, in_process=True)
     controller = runner.controller()
     sources = runner.sources
@@ -127,6 +128,7 @@ def _advance(runner: SimulationRunner, seconds: float) -> ClusterSnapshot:
 
 
 def _backlog_scan(cluster: Cluster, runner: SimulationRunner) -> dict[str, Any]:
+    # Recorded first, so the scan knows every attempt the backlog's lines belong to.
     services.record_snapshot(SIMULATOR, cluster, _advance(runner, BACKLOG_S))
     seconds, queries, summary = timed(lambda: scan_cluster(cluster, runner.now, runner.sources))
     return {
@@ -152,6 +154,7 @@ def _cycle_figures(
         }
         for name, values in samples.items()
     }
+    # The snapshot is the controller's to post: the console's cycle proper leaves it out.
     cycle_runs = [
         sum(samples[name][i][0] for name in PART_NAMES if name != "snapshot")
         for i in range(len(samples["scan"]))
@@ -166,6 +169,7 @@ def _cycle_figures(
         "workloads": workloads,
         "running_attempts": running,
         "nodes": nodes,
+        # The simulation's default of eight GPUs per node.
         "gpus": nodes * 8,
         "seconds": seconds,
         "queries": round(statistics.median(cycle_queries)),
@@ -189,6 +193,7 @@ PAGES = {
     "audit": ("audit", ()),
     "review_queue": ("review-queue", ()),
 }
+# Rows per bulk insert: memory stays flat and statements stay under parameter limits.
 AUDIT_BATCH = 5000
 VERBS = ("attempt.changed", "attempt.observed", "anomaly.detected", "advice.dispatched")
 
@@ -201,7 +206,9 @@ def measure_pages(
     added_workloads = _top_up_workloads(workloads)
     tick(0.1)
     added_audit = _top_up_audit(cluster, audit_rows, lambda f: tick(0.1 + 0.5 * f))
+    # The client's own default host, testserver, is only allowed under the test runner.
     client = Client(SERVER_NAME="localhost")
+    # No password: the client is logged in directly.
     user = get_user_model().objects.create_superuser("bench", "bench@example.invalid", None)
     client.force_login(user)
     timings: dict[str, float | None] = {}
@@ -220,6 +227,7 @@ def measure_pages(
 
 
 def _page_urls(cluster: Cluster) -> dict[str, str | None]:
+    # The workload with the most attempts has the heaviest detail page.
     busiest = (
         Workload.objects.filter(cluster=cluster)
         .annotate(attempt_count=Count("attempts"))
@@ -232,6 +240,7 @@ def _page_urls(cluster: Cluster) -> dict[str, str | None]:
         try:
             urls[page] = reverse(name, args=[values[a] for a in args])
         except NoReverseMatch:
+            # A page this build lacks is reported as null, not as a failure.
             urls[page] = None
     return urls
 
@@ -255,6 +264,7 @@ def _top_up_workloads(wanted: int) -> int:
     missing = wanted - Workload.objects.count()
     if missing <= 0:
         return 0
+    # A cluster of their own, so the loop's cluster and its figures stay as they were.
     cluster = services.create_cluster(ACTOR, "bench-pages", scheduler={"backend": "simulated"})
     states = list(WorkloadState)
     made = Workload.objects.bulk_create(
@@ -294,11 +304,13 @@ def _top_up_audit(cluster: Cluster, wanted: int, tick: Tick) -> int:
         return 0
     workload_ids = list(Workload.objects.filter(cluster=cluster).values_list("pk", flat=True))
     with transaction.atomic():
+        # Locked as ``audit.record`` locks it, so no entry slips in mid-chain.
         head, _ = AuditChainHead.objects.select_for_update().get_or_create(pk=1)
         sequence, previous = head.last_sequence, head.last_hash
         batch: list[AuditEntry] = []
         for n in range(missing):
             sequence += 1
+            # Back-dated before the run, 30 s apart, so the run's own entries stay the newest.
             at = START - timedelta(seconds=30 * (missing - n))
             entry = _audit_row(cluster, workload_ids, sequence, previous, n, at)
             previous = entry.entry_hash

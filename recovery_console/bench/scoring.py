@@ -23,6 +23,7 @@ from datetime import datetime
 KINDS = ("crash", "hang", "straggler")
 # A stop is false when the truth was the hardware's or the network's fault.
 NOT_THE_JOBS_FAULT = frozenset({"hardware", "interconnect"})
+# Extra labels for the confusion matrix, in parentheses so no category can clash.
 MISSED = "(missed)"
 NO_FAULT = "(no fault)"
 
@@ -87,6 +88,7 @@ def score(faults: Iterable[Fault], detected: Iterable[Detected], cutoff: datetim
     by_key = {(d.job_id, d.attempt, d.family): d for d in detected}
     pairs = [(f, by_key.get((f.job_id, f.attempt, family_of(f.kind)))) for f in faults]
     scored_pairs = tuple((f, d) for f, d in pairs if f.at <= cutoff)
+    # An anomaly of a fault outside the window is neither a hit nor a false positive.
     matched_any = {id(d) for _, d in pairs if d is not None}
     matched_scored = {id(d) for _, d in scored_pairs if d is not None}
     false_positives = tuple(
@@ -101,6 +103,7 @@ def detection(scored: Scored) -> dict[str, float | int | None]:
     faults = len(scored.pairs)
     found = len(scored.matched)
     anomalies = len(scored.detected)
+    # Precision counts anomalies, recall faults: several faults of one attempt share one.
     true_anomalies = anomalies - len(scored.false_positives)
     precision = ratio(true_anomalies, anomalies)
     recall = ratio(found, faults)
@@ -178,6 +181,7 @@ def hosts(scored: Scored) -> dict[str, float | int | None]:
 def stops(scored: Scored) -> dict[str, int]:
     """False stops (a stop advised for a hardware or interconnect fault) and missed stops (an
     application error a restart cannot fix, per the catalogue, that was not stopped)."""
+    # Stopping a job for its node's fault throws away a run a requeue elsewhere would save.
     false = sum(
         1
         for fault, found in scored.matched
@@ -210,6 +214,7 @@ def confusion(scored: Scored) -> dict[str, object]:
 
 
 def _repeat_key(fault: Fault) -> tuple[str, tuple[str, ...]]:
+    # A fault that blames no host is keyed by its job: a bug in the code repeats there.
     return (fault.entry, fault.hosts or (fault.job_id,))
 
 
@@ -234,6 +239,7 @@ def first_occurrences(scored: Scored) -> Scored:
     first = _first_occurrences([fault for fault, _ in scored.pairs])
     pairs = tuple((fault, found) for fault, found in scored.pairs if fault.fault_id in first)
     kept = tuple(found for _, found in pairs if found is not None)
+    # False positives stay as they are: they are no fault's repeat.
     return Scored(pairs, scored.false_positives, kept + scored.false_positives)
 
 
@@ -279,4 +285,5 @@ def effective_training_time(progress: Iterable[tuple[float, float]]) -> float | 
     for done, spent in progress:
         productive += done
         wall += spent
+    # Summed before dividing, so big workloads weigh more than small ones.
     return ratio(productive, wall)

@@ -39,8 +39,11 @@ from recovery_console.simulator import SimulatedCluster, SimulationConfig
 from .progress_bar import Tick
 
 START = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
+# About what one detection scan hands the library at a time.
 CHUNK_LINES = 10_000
+# Big enough that reading costs little beside scanning.
 BLOCK_BYTES = 4 << 20
+# Past this the simulator's own time would dominate; repeating its output is as realistic.
 GENUINE_MB = 64
 ERE_SPECIAL = set(".[]()*+?{}|^$\\")
 CATEGORIES = {
@@ -56,6 +59,7 @@ ANCHORS = {
     sre.AT_BEGINNING_STRING: "^",
     sre.AT_END: "$",
     sre.AT_END_STRING: "$",
+    # \b and \B are GNU extensions, which grep -E accepts.
     sre.AT_BOUNDARY: r"\b",
     sre.AT_NON_BOUNDARY: r"\B",
 }
@@ -79,6 +83,7 @@ def to_ere(pattern: str, *, bounded: bool = True) -> str:
     ``bounded=False`` a repeat's upper bound is dropped (``{0,200}`` becomes ``*``): the bounds
     only cap work in backtracking engines, and GNU grep's DFA grows with them."""
     parsed = _parser.parse(pattern)
+    # A leading (?i) covers the whole pattern; scoped flags are handled group by group.
     ignore = bool(parsed.state.flags & sre.SRE_FLAG_IGNORECASE)
     return _sequence(parsed, _Mode(ignore, bounded))
 
@@ -105,6 +110,7 @@ def _item(op: Any, value: Any, mode: _Mode) -> str:
         return _bracket(value, ignore, False)
     if op in (sre.MAX_REPEAT, sre.MIN_REPEAT):
         low, high, sub = value
+        # Exact counts ({4}) and optional items (?) keep their meaning; only ranges lose the bound.
         if not mode.bounded and high != low and high > 1:
             high = sre.MAXREPEAT
         return _atom(sub, mode) + _quantifier(low, high)
@@ -154,6 +160,7 @@ def _bracket(items: Sequence[Any], ignore: bool, negate: bool) -> str:
             parts.extend(_ranges(chr(value[0]), chr(value[1]), ignore))
         elif op is sre.CATEGORY:
             text, negated = CATEGORIES[value]
+            # POSIX has no class subtraction: [^\S...] cannot be written.
             if negated and len(items) != 1:
                 raise Untranslatable("a negated class inside a bracket")
             negate = negate != negated
@@ -176,6 +183,7 @@ def _ranges(low: str, high: str, ignore: bool) -> list[str]:
 
 
 def _assemble(chars: set[str], parts: list[str], negate: bool) -> str:
+    # A bracket holding only ^ would read as the start of a negation.
     if not negate and not parts and chars == {"^"}:
         return "\\^"
     # POSIX: "]" first, "^" anywhere but first, "[" late (so no "[:" forms), "-" last.
@@ -201,12 +209,14 @@ def generate_log(path: Path, megabytes: float, seed: int, tick: Tick) -> int:
     returns the number of lines."""
     target = int(megabytes * 1e6)
     genuine = min(target, GENUINE_MB * 1_000_000)
+    # A large cluster at the default fault rate: mostly healthy output, as on a real site.
     simulator = SimulatedCluster(
         SimulationConfig(seed=seed, nodes=512, workloads=128, start_time=START)
     )
     size = lines = 0
     with path.open("w", encoding="utf-8") as out:
         while size < genuine:
+            # One log line per file line: grep and the library must count the same lines.
             texts = [line.text.replace("\n", " ") for line in simulator.advance(600.0)]
             chunk = "\n".join(texts) + "\n" if texts else ""
             out.write(chunk)
@@ -237,6 +247,7 @@ def blocks_of_lines(path: Path) -> Iterator[bytes]:
         while block := handle.read(BLOCK_BYTES):
             block = rest + block
             cut = block.rfind(b"\n") + 1
+            # The partial last line waits for the next block, so no line is split.
             rest = block[cut:]
             yield block[:cut]
         if rest:
@@ -277,6 +288,7 @@ def grep_count(path: Path, patterns: Sequence[str], directory: Path) -> tuple[in
         check=False,
     )
     seconds = time.perf_counter() - started
+    # grep exits 1 when nothing matched; only 2 and up are errors.
     if result.returncode not in (0, 1):
         raise RuntimeError(f"grep failed: {result.stderr.strip()}")
     return int(result.stdout.strip() or 0), seconds
@@ -298,6 +310,7 @@ def one_core() -> Iterator[int | None]:
     try:
         original = os.sched_getaffinity(0)
     except (AttributeError, OSError):
+        # Not every OS can pin a thread: run unpinned and report no CPU.
         yield None
         return
     cpu = max(original)
@@ -337,10 +350,13 @@ def measure_signatures(
                 grep_lines, seconds = grep_count(log, relaxed, directory)
                 grep_times.append(seconds)
                 tick(0.7 + 0.2 * (n + 1) / repeats)
+            # Exact bounds on the sample only: on the whole file grep's DFA can take minutes.
             _, exact_seconds = grep_count(sample, exact, directory)
+        # A correctness check, so outside the pinned, timed block.
         re2_lines = re2_matching_lines(log, library)
         size = log.stat().st_size
     tick(1.0)
+    # Medians, so one slow repeat (a cold cache, a busy neighbour) does not skew the figures.
     scan_s, grep_s = statistics.median(scan_times), statistics.median(grep_times)
     return {
         "lines_per_s": round(lines / scan_s),

@@ -29,6 +29,7 @@ def request_action_mode(user: Any, cluster: Cluster, note: str = "") -> ModeChan
         cluster = _locked(cluster)
         if cluster.mode == ClusterMode.ACTION:
             raise ApprovalRefused(f"{cluster.name} is already in action mode")
+        # Under the cluster's lock: two operators asking at once cannot both create a request.
         pending = _pending(cluster)
         if pending is not None:
             raise ApprovalRefused(
@@ -54,6 +55,7 @@ def approve_mode_request(user: Any, request: ModeChangeRequest) -> ModeChangeReq
     and only while the agreement measured now meets the policy. The cluster then acts."""
     with transaction.atomic():
         cluster = _locked(request.cluster)
+        # Read again under the lock: the caller's copy may have been decided meanwhile.
         request = ModeChangeRequest.objects.select_for_update().get(pk=request.pk)
         measured = agreement(cluster)
         refusal = _approval_refusal(user, request, cluster, measured)
@@ -63,6 +65,7 @@ def approve_mode_request(user: Any, request: ModeChangeRequest) -> ModeChangeReq
             _set_action_mode(user, cluster, request, measured)
             events.send_cluster_changed(cluster.pk, "mode")
             return request
+    # Outside the block: its locks are released before the refusal is audited and raised.
     raise _refused(user, request, refusal, measured)
 
 
@@ -73,6 +76,7 @@ def _approval_refusal(
         return ApprovalRefused(f"this request was already {request.status}")
     if not has_role(user, APPROVER):
         return RoleMissing("approving action mode needs the approver role")
+    # Four eyes: holding the approver role is not enough when you are the one who asked.
     if request.requested_by_id == user.pk:
         return ApprovalRefused(
             "you asked for this change yourself: a second person with the approver role"
@@ -80,6 +84,7 @@ def _approval_refusal(
         )
     if cluster.mode == ClusterMode.ACTION:
         return ApprovalRefused(f"{cluster.name} is already in action mode")
+    # Enforced now, not when asked: the agreement may have dropped since the request.
     if not measured.met:
         return ApprovalRefused(
             f"the agreement is below the policy's threshold: {measured.shortfall}"
@@ -103,6 +108,7 @@ def _refused(
 
 def reject_mode_request(user: Any, request: ModeChangeRequest, reason: str) -> ModeChangeRequest:
     """Turn a pending request down (an approver), or withdraw it (the person who asked)."""
+    # The requester may always withdraw; turning down someone else's request needs the role.
     if request.requested_by_id != user.pk:
         _require(user, APPROVER, "rejecting a request for action mode")
     if not reason.strip():
@@ -122,6 +128,7 @@ def back_to_monitor(user: Any, cluster: Cluster, reason: str) -> Cluster:
     """Return ``cluster`` to monitor mode at once (any operator); a cluster already in monitor
     mode is left as it is."""
     _require(user, OPERATOR, "returning to monitor mode")
+    # Already there: nothing to audit or announce, a repeated click is not a mode change.
     if Cluster.objects.get(pk=cluster.pk).mode == ClusterMode.MONITOR:
         return cluster
     with transaction.atomic():
@@ -187,6 +194,7 @@ def _set_action_mode(
             "from": previous,
             "to": cluster.mode,
             "request": request.pk,
+            # Both people are in the trail: who asked here, who approved as the entry's actor.
             "requested_by": actor_of(request.requested_by),
             **_figures(measured),
         },

@@ -101,6 +101,7 @@ def losses(attempts: Sequence[AttemptSpan], failed_states: frozenset[str]) -> Lo
     lost_s = sum(a.gpus * (a.time_to_resume_s or 0.0) for a in attempts)
     failed = [a for a in attempts if a.state in failed_states]
     for attempt in failed:
+        # Without any reported progress the hung time is unknown, so none is counted.
         if attempt.end and attempt.last_progress_at and attempt.end > attempt.last_progress_at:
             lost_s += attempt.gpus * (attempt.end - attempt.last_progress_at).total_seconds()
     return Losses(interruptions=len(failed), resumes=resumes, gpu_hours_lost=lost_s / 3600)
@@ -116,6 +117,7 @@ def workload_timeline(timeline: Timeline) -> go.Figure:
     # Axes laid out by hand: make_subplots costs more than the rest of the figure together.
     fig = go.Figure(
         layout={
+            # The plot area plus the top and bottom margins.
             "height": plot_px + 70,
             "margin": {"l": 70, "r": 60, "t": 30, "b": 40},
             "font": FONT,
@@ -126,6 +128,7 @@ def workload_timeline(timeline: Timeline) -> go.Figure:
             "paper_bgcolor": "#fff",
             # The bare template: plotly's default one adds ~10 kB of JSON to every figure.
             "template": "none",
+            # One shared time axis, drawn under the attempts' rows at the bottom.
             "xaxis": {"type": "date", "gridcolor": GRID, "anchor": "y3", "title": TIME_TITLE},
             "yaxis": {
                 "domain": [1 - PROGRESS_PX / plot_px, 1],
@@ -146,6 +149,7 @@ def workload_timeline(timeline: Timeline) -> go.Figure:
                 "type": "category",
                 "categoryorder": "array",
                 "categoryarray": [a.label for a in attempts],
+                # Reversed, so the first attempt is the top row and later ones stack below it.
                 "autorange": "reversed",
                 "gridcolor": GRID,
                 "automargin": True,
@@ -200,7 +204,9 @@ def _add_progress(fig: go.Figure, attempts: Sequence[AttemptSpan]) -> None:
 def _add_attempt_bars(
     fig: go.Figure, attempts: Sequence[AttemptSpan], now: datetime | None
 ) -> None:
+    # A running attempt ends at ``now``; without one, a token minute keeps the bar visible.
     ends = [a.end or now or a.start + timedelta(minutes=1) for a in attempts]
+    # Bar lengths on a date axis are milliseconds; at least a second, so none vanishes.
     durations_ms = [
         max((end - a.start).total_seconds(), 1.0) * 1000
         for a, end in zip(attempts, ends, strict=True)
@@ -213,6 +219,7 @@ def _add_attempt_bars(
             yaxis="y3",
             orientation="h",
             name="attempts",
+            # Any state not listed is a way of failing, so an unknown state shows as a failure.
             marker={"color": [STATE_COLOURS.get(a.state, FAILED_COLOUR) for a in attempts]},
             text=[", ".join(a.nodes) for a in attempts],
             textposition="inside",
@@ -246,6 +253,7 @@ def _add_markers(fig: go.Figure, kind: str, markers: Sequence[Marker]) -> None:
             marker={"symbol": symbol, "color": colour, "size": size, "line": {"width": 1}},
             hovertext=[m.text for m in markers],
             hoverinfo="text",
+            # An empty kind stays in the legend, greyed, so every timeline has the same legend.
             visible=True if markers else "legendonly",
         )
     )
@@ -321,11 +329,13 @@ def agreement_chart(series: Sequence[AgreementSeries], window: int = 28) -> go.F
                 yaxis="y",
                 mode="lines+markers",
                 name=f"{item.cluster}: agreement ({window} d)",
+                # Days without labels have no rate: joining across them keeps one readable line.
                 connectgaps=True,
                 hovertemplate="%{x}: %{y:.0%}<extra></extra>",
             )
         )
     if series:
+        # One line, at the first cluster's threshold: clusters with other policies get none.
         threshold = series[0].min_agreement
         fig.add_shape(
             type="line",

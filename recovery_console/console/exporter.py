@@ -42,6 +42,7 @@ class ConsoleCollector(Collector):
     """Collects every console metric from the database on each scrape."""
 
     def collect(self) -> Iterator[Metric]:
+        # Loaded once per scrape and shared, so every family lists the same clusters.
         clusters = list(Cluster.objects.all())
         yield from _clusters(clusters)
         yield from _anomalies()
@@ -88,6 +89,7 @@ def _clusters(clusters: list[Cluster]) -> Iterator[Metric]:
     for cluster in clusters:
         measured = reviews.agreement(cluster)
         labelled.add_metric([cluster.name], measured.labelled)
+        # No sample rather than 0 when nothing was labelled: an alert on a low ratio must not fire.
         if measured.rate is not None:
             agreement.add_metric([cluster.name], measured.rate)
     yield agreement
@@ -134,6 +136,7 @@ def _advice(clusters: list[Cluster]) -> Iterator[Metric]:
         labels=["cluster"],
     )
     for cluster in clusters:
+        # Labelled by nobody, as on the overview's card: the gauge and the page agree.
         waiting.add_metric([cluster.name], reviews.awaiting_review(cluster).count())
     yield waiting
 
@@ -149,6 +152,7 @@ def _histogram(
     """A Prometheus histogram of ``end - start`` per cluster, counted in the database."""
     bounds = tuple(buckets)
     latency = ExpressionWrapper(F(end) - F(start), output_field=DurationField())
+    # Cumulative buckets, as Prometheus expects: each counts every row at or below its bound.
     counts = {
         f"le_{i}": Count("pk", filter=Q(latency__lte=timedelta(seconds=b)))
         for i, b in enumerate(bounds)
@@ -168,6 +172,7 @@ def _histogram(
     return family
 
 
+# Bucket labels as the Prometheus client writes them (1.0, 2.5), so queries match.
 def _le(bound: float) -> str:
     return f"{bound:g}" if bound != int(bound) else f"{bound:.1f}"
 
@@ -199,15 +204,19 @@ def _controllers() -> Iterator[Metric]:
         labels=["cluster", "controller"],
     )
     now = timezone.now()
+    # Revoked controllers are gone on purpose: their silence must not page anyone.
     tokens = ControllerToken.objects.filter(revoked_at__isnull=True).values_list(
         "cluster__name", "name", "last_heartbeat_at"
     )
     for cluster, controller, last in tokens:
         seconds = (now - last).total_seconds() if last is not None else float("inf")
+        # A heartbeat stamped ahead of this clock (skew) reads as zero, not negative.
         age.add_metric([cluster, controller], max(0.0, seconds))
     yield age
 
 
+# A registry of our own, without the default one's process metrics, which differ between
+# processes. No auto-describe: registering would run a whole collect, querying at import.
 registry = CollectorRegistry(auto_describe=False)
 registry.register(ConsoleCollector())
 
@@ -219,6 +228,7 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
     expected = settings.METRICS_TOKEN
     if expected:
         sent = request.headers.get("Authorization", "")
+        # Constant-time: the token cannot be guessed byte by byte from response times.
         if not hmac.compare_digest(sent.encode(), f"Bearer {expected}".encode()):
             response = HttpResponse("a metrics token is required\n", status=401)
             response["WWW-Authenticate"] = "Bearer"

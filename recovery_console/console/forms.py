@@ -43,6 +43,7 @@ class AuditFilterForm(forms.Form):
     object_type = forms.CharField(required=False, max_length=64, label="Object type")
     object_id = forms.CharField(required=False, max_length=64, label="Object id")
     workload = forms.IntegerField(required=False, min_value=1)
+    # datetime-local sends no zone: the times are read in the site's ``TIME_ZONE``.
     created__after = forms.DateTimeField(
         required=False,
         label="At or after",
@@ -58,6 +59,7 @@ class AuditFilterForm(forms.Form):
 def _json(value: str, field: str, expected: type) -> Any:
     text = value.strip()
     if not text:
+        # An empty box means the defaults, stored as an empty document.
         return expected()
     try:
         parsed = json.loads(text)
@@ -70,9 +72,11 @@ def _json(value: str, field: str, expected: type) -> Any:
 
 
 def _pretty(value: Any) -> str:
+    # Sorted, so a document reads the same on every visit whatever order it was saved in.
     return json.dumps(value, indent=2, sort_keys=True)
 
 
+# Which service each field goes to: the cluster's, or the detector's.
 CLUSTER_FIELDS = ("partitions_allowlist", "policy")
 DETECTION_FIELDS = ("signatures", "progress_pattern", "hang", "straggler", "poll_seconds")
 
@@ -152,6 +156,7 @@ class ClusterSettingsForm(forms.Form):
 
     def changes(self, cluster: Cluster, detection: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         """The changed cluster settings and the changed detection settings."""
+        # Only changes go to the services: an unchanged document is neither revalidated nor audited.
         data = self.cleaned_data
         cluster_changes = {f: data[f] for f in CLUSTER_FIELDS if data[f] != getattr(cluster, f)}
         detection_changes = {
@@ -161,6 +166,7 @@ class ClusterSettingsForm(forms.Form):
 
     def add_service_errors(self, error: ValidationError) -> None:
         """Put a service's per-field messages next to the fields (the rest above the form)."""
+        # An error without fields has no ``message_dict``: reading it would raise.
         if not hasattr(error, "error_dict"):
             self.add_error(None, error)
             return
@@ -176,6 +182,7 @@ class TestSignalsForm(forms.Form):
     text = forms.CharField(
         required=False,
         label="Paste a log",
+        # Unstripped: leading blank lines are part of the log and count in its line numbers.
         strip=False,
         widget=forms.Textarea(attrs={"rows": 12, "spellcheck": "false", "class": "code"}),
     )
@@ -207,6 +214,7 @@ class LabelForm(forms.Form):
     """A reviewer's label: agree, or disagree and name the action they would have taken."""
 
     verdict = forms.ChoiceField(choices=[("agree", "Agree"), ("disagree", "Disagree")])
+    # Optional here: agreeing implies the advised action.
     preferred_action = forms.ChoiceField(choices=[("", "—"), *ACTION_CHOICES], required=False)
     comment = forms.CharField(required=False, max_length=2000, widget=forms.Textarea)
 

@@ -22,6 +22,7 @@ class Review(models.Model):
     generation the reviewer saw: when sharper evidence revises the advice, the old label no
     longer counts towards the agreement rate and the advice is back in the review queue."""
 
+    # PROTECT: the labels are the evidence an approval rested on, so their advice stays.
     advice = models.ForeignKey(
         "remediation.Advice", on_delete=models.PROTECT, related_name="reviews"
     )
@@ -32,6 +33,7 @@ class Review(models.Model):
     preferred_action = models.CharField(max_length=32, choices=choices(Action, ACTION_LABELS))
     comment = models.TextField(blank=True)
     generation = models.PositiveIntegerField(default=1)
+    # Set by ``reviews``: ``updated_at`` is the label's time, which the agreement window uses.
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -62,6 +64,7 @@ class ModeChangeRequest(models.Model):
     )
     requested_at = models.DateTimeField()
     note = models.TextField(blank=True)
+    # Taken when asked, for the approver to compare; approval measures again. Null: none labelled.
     agreement_rate = models.FloatField(null=True, blank=True)
     labelled = models.PositiveIntegerField(default=0)
     status = models.CharField(
@@ -79,7 +82,9 @@ class ModeChangeRequest(models.Model):
 
     class Meta:
         ordering: ClassVar = ["-requested_at"]
+        # A cluster's pending request is looked up by every mode page and overview card.
         indexes: ClassVar = [models.Index(fields=["cluster", "status"])]
+        # Approving is its own permission, apart from requesting: they can go to different people.
         permissions: ClassVar = [
             ("approve_modechangerequest", "Can approve or reject a request for action mode"),
             ("return_to_monitor", "Can return a cluster to monitor mode"),
@@ -101,6 +106,7 @@ class NotificationKind(models.TextChoices):
     EMAIL = "email"
 
 
+# A named function, not a lambda: migrations must be able to refer to the default.
 def _all_notification_events() -> list[str]:
     return list(NotificationEvent.values)
 
@@ -109,6 +115,7 @@ class NotificationChannel(models.Model):
     """Where a cluster's notifications go: a webhook URL or a comma-separated list of email
     addresses, and which events (``NotificationEvent`` values) it wants."""
 
+    # CASCADE, unlike the rows above: a channel is configuration, not history.
     cluster = models.ForeignKey(
         Cluster, on_delete=models.CASCADE, related_name="notification_channels"
     )
@@ -125,6 +132,7 @@ class NotificationChannel(models.Model):
         return f"{self.kind} {self.target} for {self.cluster_id}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
+        # Checked on every save: no path (API, admin, shell) stores a target delivery chokes on.
         self.full_clean(exclude=["cluster"])
         super().save(*args, **kwargs)
 

@@ -47,6 +47,7 @@ class RoleMissing(ApprovalRefused, PermissionDenied):
     """The person lacks the role the step needs (views and the API answer 403)."""
 
 
+# How people appear in the audit trail; controllers appear with their own prefix.
 def actor_of(user: Any) -> str:
     return f"user:{user.username}"
 
@@ -75,7 +76,10 @@ def label_advice(
             f"agreeing with {advice.action} but preferring {preferred} is a contradiction"
         )
     with transaction.atomic():
+        # Read again in the transaction: the label must carry the generation current now.
         advice = Advice.objects.select_related("cluster", "workload", "attempt").get(pk=advice.pk)
+        # Locks an existing label against a concurrent relabel; two first labels at once are
+        # stopped by the unique constraint instead.
         review = Review.objects.select_for_update().filter(advice=advice, reviewer=user).first()
         label = {
             "agrees": agrees,
@@ -106,6 +110,7 @@ def _relabel(user: Any, review: Review, advice: Advice, label: dict[str, Any]) -
         for k, v in label.items()
         if getattr(review, k) != v
     }
+    # The same label again: no write, no audit entry, and ``updated_at`` keeps its time.
     if not changed:
         return
     for name, value in label.items():
@@ -132,6 +137,7 @@ def _audit_review(
 def awaiting_review(cluster: Cluster, reviewer: Any = None) -> QuerySet[Advice]:
     """Advice without a label on its current generation (by ``reviewer`` when given, else by
     anyone), newest first: the review queue."""
+    # Labels on an older generation do not count: revised advice is back in the queue.
     labelled = Review.objects.filter(generation=F("advice__generation"))
     if reviewer is not None:
         labelled = labelled.filter(reviewer=reviewer)
@@ -208,6 +214,7 @@ def agreement_by_day(
     """(day, agreed, labelled) for each of the last ``days`` UTC days, oldest first; each
     advice counts on the day of its latest label, as in ``agreement``."""
     now = now or timezone.now()
+    # UTC days: everyone sees the same buckets, whatever their own time zone.
     today = timezone.localdate(now, timezone=UTC)
     first = today - timedelta(days=days - 1)
     start = datetime.combine(first, datetime.min.time(), tzinfo=UTC)

@@ -45,6 +45,7 @@ IMPLIED: dict[str, frozenset[str]] = {
     ADMIN: frozenset(ROLES),
 }
 
+# Cached on the user object, which lives for one request: a group change shows on the next.
 _CACHE = "_recovery_console_roles"
 
 # The model permissions each group carries, by app (for the admin and ``user.has_perm``; the
@@ -87,6 +88,7 @@ def sync_role_groups() -> None:
     from django.contrib.auth.management import create_permissions
     from django.contrib.auth.models import Group, Permission
 
+    # Django creates permissions only after migrating: make them now, so the groups get them.
     for label in APPS:
         create_permissions(apps.get_app_config(label), verbosity=0)
 
@@ -107,6 +109,7 @@ def sync_role_groups() -> None:
 
 def roles_of(user: Any) -> frozenset[str]:
     """Every role a user holds, implied ones included (cached on the user object)."""
+    # A deactivated account keeps its groups but loses every role at once.
     if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
         return frozenset()
     cached: frozenset[str] | None = getattr(user, _CACHE, None)
@@ -115,6 +118,7 @@ def roles_of(user: Any) -> frozenset[str]:
     if user.is_superuser:
         held = frozenset(ROLES)
     else:
+        # Only role groups count: other groups a site adds grant nothing here.
         groups = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
         held = frozenset(groups).union(*(IMPLIED[g] for g in groups))
     setattr(user, _CACHE, held)
@@ -142,6 +146,7 @@ def role_required(
     if role not in ROLES:
         raise UnknownRole(role)
 
+    # The role name was checked above, when the view is decorated: a typo fails at import.
     def decorator(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         @wraps(view)
         def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -149,6 +154,7 @@ def role_required(
                 raise PermissionDenied(f"this needs the {role} role")
             return view(request, *args, **kwargs)
 
+        # login_required outside: an anonymous user is sent to log in rather than refused.
         return login_required(guarded)
 
     return decorator

@@ -33,6 +33,7 @@ def dispatch_cycles() -> str:
 
 @shared_task(
     name="recovery_console.run_cycle",
+    # A lost or locked database connection is worth retrying; a bug is not.
     autoretry_for=(OperationalError,),
     retry_backoff=True,
     retry_jitter=True,
@@ -46,6 +47,7 @@ def run_cycle(cluster_id: int) -> str:
     return f"{cluster.name}: {scanned}; {advised} advice"
 
 
+# Acknowledged once done: a worker lost mid-task leaves the snapshot queued, not dropped.
 @shared_task(name="recovery_console.record_snapshot", acks_late=True)
 def record_snapshot(cluster_id: int, snapshot: dict[str, Any], actor: str) -> str:
     """Record a scheduler snapshot (JSON, as ``snapshot_to_json`` writes it)."""
@@ -70,6 +72,7 @@ def notify(entry_id: int) -> str:
     retry_backoff_max=notifications.BACKOFF_MAX_SECONDS,
     retry_jitter=True,
     max_retries=notifications.MAX_ATTEMPTS - 1,
+    # A crash after sending may deliver twice: the message id lets a receiver drop the copy.
     acks_late=True,
 )
 def deliver_notification(channel_id: int, entry_id: int, event: str) -> str:

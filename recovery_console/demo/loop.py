@@ -35,9 +35,11 @@ class SimulationLoop:
             started = time.monotonic()
             for runner, controller in zip(self.runners, self.controllers, strict=True):
                 self._step(runner, controller)
+            # Waiting on the event rather than sleeping lets ``stop`` wake the loop at once.
             self.stopping.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     def _step(self, runner: SimulationRunner, controller: Controller) -> None:
+        # A long-lived thread must drop connections the database has since closed.
         close_old_connections()
         try:
             runner.step(self.interval * self.speed)

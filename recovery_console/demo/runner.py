@@ -27,6 +27,7 @@ from remediation.controller.reconciler import Controller
 from remediation.local_advisor import LocalAdvisor, controller_token_for
 
 ACTOR = "system:simulator"
+# The leading number of a job id: array tasks (4200_3) count as their array's id.
 _NUMERIC_JOB = re.compile(r"^(\d+)")
 
 
@@ -45,10 +46,12 @@ def simulation_config(cluster: Cluster, start: datetime) -> SimulationConfig:
     raw: dict[str, Any] = dict(cluster.scheduler.get("simulation", {}))
     known = {f.name for f in fields(SimulationConfig)}
     unknown = set(raw) - known
+    # Refused, not ignored: a misspelt setting would otherwise run silently on the default.
     if unknown:
         raise ValueError(f"unknown simulation settings: {', '.join(sorted(unknown))}")
     if "manual_recovery" in raw and raw["manual_recovery"] is not None:
         raw["manual_recovery"] = ManualRecoveryBaseline(**raw["manual_recovery"])
+    # JSON has no tuples; the frozen config wants them.
     for name in ("nodes_per_job",):
         if name in raw:
             raw[name] = tuple(raw[name])
@@ -62,6 +65,7 @@ def _next_job_id(cluster: Cluster) -> int:
         for job_id in Attempt.objects.filter(cluster=cluster).values_list("job_id", flat=True)
         if (m := _NUMERIC_JOB.match(job_id))
     ]
+    # A cluster with no history starts at 4200, the simulator's own default.
     return max(ids, default=4199) + 1
 
 
@@ -110,6 +114,7 @@ class SimulationRunner:
         if self.sources is not None:
             self.sources.logs["memory"].push(lines)  # type: ignore[attr-defined]
             return
+        # Grouped per file, so each file is opened once per step, not once per line.
         by_file: dict[Path, list[str]] = defaultdict(list)
         for line in lines:
             if line.job_id:
@@ -132,6 +137,7 @@ class SimulationRunner:
 
 
 def _exposition_line(sample: MetricSample) -> str:
+    # Label names as dcgm-exporter spells them, Hostname and hpc_job included.
     labels = f'gpu="{sample.gpu}",Hostname="{sample.host}"'
     if sample.job_id:
         labels += f',hpc_job="{sample.job_id}"'

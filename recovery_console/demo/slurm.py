@@ -15,6 +15,8 @@ from remediation.controller.slurm import (
 )
 
 
+# Ids, names and reasons go through SlurmClient's own checks, so the demo refuses
+# whatever the real client would refuse.
 class SimulatedSlurm:
     def __init__(self, simulator: SimulatedCluster) -> None:
         self.simulator = simulator
@@ -52,4 +54,5 @@ class SimulatedSlurm:
         try:
             action()  # type: ignore[operator]
         except SchedulerError as exc:
+            # Shaped like a failed scontrol call, which the controller already knows how to handle.
             raise SlurmCommandError([command], 1, str(exc)) from exc

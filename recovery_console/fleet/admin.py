@@ -9,6 +9,7 @@ from django.http import HttpRequest
 from .models import Attempt, AuditEntry, Cluster, Node, Workload
 
 
+# Even for superusers: a write here would bypass the services and leave no audit entry.
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -22,6 +23,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 @admin.register(Cluster)
 class ClusterAdmin(ReadOnlyAdmin):
+    # Clusters change in the console, where changes are audited and mode changes approved.
     list_display = ("name", "mode", "created_at")
 
 

@@ -34,13 +34,16 @@ def send_workloads_changed(cluster_id: int, workload_ids: list[int]) -> None:
         "workloads": workload_ids,
     }
     groups = [cluster_group(cluster_id)] + [workload_group(pk) for pk in workload_ids]
+    # After the commit: a rolled-back write announces nothing, and no page re-fetches too early.
     transaction.on_commit(lambda: _send(groups, event))
 
 
 def _send(groups: list[str], event: WorkloadsChanged | AnomalyChanged | ClusterChanged) -> None:
     layer = get_channel_layer()
+    # No channel layer configured: nothing can be listening, so there is nothing to send.
     if layer is None:
         return
+    # Ids only: pages re-fetch through the views, so nothing a viewer may not see is broadcast.
     for group in groups:
         async_to_sync(layer.group_send)(group, dict(event))
 

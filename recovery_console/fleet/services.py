@@ -17,6 +17,7 @@ from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobRecord, No
 
 from .models import Attempt, Cluster, ClusterMode, Node, Workload, WorkloadState
 
+# What an attempt's audit entries compare and record: a change to any of these is audited.
 ATTEMPT_FIELDS = (
     "time_to_resume_s",
     "name",
@@ -46,10 +47,12 @@ def create_cluster(actor: str, name: str, **settings: Any) -> Cluster:
 @transaction.atomic
 def update_cluster_settings(actor: str, cluster: Cluster, **changes: Any) -> Cluster:
     """Change a cluster's policy, allowlist or connections (validated; mode is not changed here)."""
+    # Not mode: switching to action mode goes through its own approval.
     allowed = {"policy", "partitions_allowlist", "telemetry", "scheduler"}
     unknown = set(changes) - allowed
     if unknown:
         raise ValueError(f"not a cluster setting: {', '.join(sorted(unknown))}")
+    # Locked and re-read, so the audited before and after are not taken from a stale copy.
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     before = _settings_of(cluster)
     for field, value in changes.items():
@@ -118,6 +121,7 @@ def record_snapshot(actor: str, cluster: Cluster, snapshot: ClusterSnapshot) -> 
         _close_earlier_attempts(actor, open_attempts, job, snapshot.taken_at)
         touched.add(_create_attempt(actor, cluster, job, snapshot.taken_at).workload_id)
         new += 1
+    # One event per snapshot, sent after the commit, rather than one per attempt.
     if touched or changed_nodes:
         events.send_workloads_changed(cluster.pk, sorted(touched))
     return SnapshotResult(new, changed, changed_nodes)
@@ -180,6 +184,7 @@ def _close_earlier_attempts(
     """A higher restart count means the job was requeued: its earlier attempts are over."""
     for (job_id, index), attempt in list(open_attempts.items()):
         if job_id == job.job_id and index < job.restart_count:
+            # The console's own state: Slurm never reports it; the higher restart count implies it.
             attempt.state = "REQUEUED"
             attempt.ended_at = seen_at
             attempt.save()
@@ -197,6 +202,7 @@ def _close_earlier_attempts(
 
 def _copy_job(attempt: Attempt, job: JobRecord, seen_at: datetime) -> None:
     starts_running = attempt.state != "RUNNING" and job.state == "RUNNING"
+    # Cut to the columns' sizes: one long name or reason must not fail a whole snapshot.
     attempt.name = job.name[:200]
     attempt.partition = job.partition
     attempt.state = job.state.value
@@ -209,6 +215,7 @@ def _copy_job(attempt: Attempt, job: JobRecord, seen_at: datetime) -> None:
     attempt.reason = job.reason[:255]
     attempt.comment = job.comment
     if job.is_terminal:
+        # No end time reported: when we saw it ended is the best bound we have.
         attempt.ended_at = job.end_time or seen_at
     # Once, when the attempt starts running: not a query per running attempt per snapshot.
     if starts_running and attempt.time_to_resume_s is None and job.start_time:
@@ -227,8 +234,10 @@ def _time_to_resume(attempt: Attempt, started: datetime) -> float | None:
         .order_by("-ended_at")
         .first()
     )
+    # An attempt that ended after this one started is not the failure it recovers from.
     if previous is None or previous.ended_at is None or previous.ended_at > started:
         return None
+    # Detection's first evidence often precedes the scheduler's end by minutes (a hang).
     failed_at = min(filter(None, (previous.failed_at, previous.ended_at)))
     return max(0.0, (started - failed_at).total_seconds())
 
@@ -253,6 +262,7 @@ def _isoformat(value: object) -> str:
     return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
+# Any other state (failed, timed out, node fail, preempted, requeued) is an interruption.
 _WORKLOAD_STATE_OF_JOB = {
     "PENDING": WorkloadState.PENDING,
     "RUNNING": WorkloadState.RUNNING,
@@ -279,6 +289,7 @@ def _record_nodes(
         node = known.get(record.name) or Node(cluster=cluster, name=record.name)
         before = (node.state, node.reason, node.gpus, node.partitions)
         after = (record.state.value, record.reason[:255], record.gpus, list(record.partitions))
+        # Unchanged nodes are skipped: a snapshot every few seconds must not flood the trail.
         if node.pk is not None and before == after:
             continue
         node.state, node.reason, node.gpus, node.partitions = after
@@ -286,6 +297,7 @@ def _record_nodes(
         node.save()
         audit.record(
             actor,
+            # A new node has no state yet: that tells a first sighting from a change.
             "node.state_changed" if before[0] else "node.observed",
             node,
             cluster=cluster,

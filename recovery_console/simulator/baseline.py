@@ -30,6 +30,7 @@ class ManualOperator:
         self.actions = 0
 
     def notice(self, fault: InjectedFault, job: Job) -> None:
+        # A slow job still looks healthy in squeue: nobody notices it.
         if fault.kind is FaultKind.STRAGGLER:
             return
         t = self._core.clock.t + self._delay
@@ -45,10 +46,12 @@ class ManualOperator:
         job = self._scheduler.find(job_id)
         if job is None:
             self._resubmit(workload, hosts)
+        # Requeued since (by hand or by a controller): acting again would cost another restart.
         elif job.restart_count == attempt and job.state is not JobState.PENDING:
             self._requeue(job, hosts)
 
     def _requeue(self, job: Job, hosts: tuple[str, ...]) -> None:
+        # It finished by itself before the operator got to it.
         if job.state is JobState.COMPLETED:
             return
         self._scheduler.requeue_hold(job.job_id)

@@ -29,6 +29,7 @@ class Family(StrEnum):
     UNKNOWN = "unknown"
 
 
+# They add up to 1, so ``share_of`` can use them as probabilities as they are.
 FAMILY_SHARES: dict[Family, float] = {
     Family.GPU: 0.47,
     Family.NVLINK: 0.06,
@@ -83,6 +84,7 @@ _GPU = (
                "An uncorrectable double bit error (DBE) has been detected on GPU in the "
                "framebuffer at physAddr 0x{addr:x} partition {part}, subpartition 1.", _ECC,
                sticky=True),
+    # A contained error kills only the process; an uncontained one (Xid 95) needs a GPU reset.
     FaultEntry("xid94_contained_ecc", Family.GPU, _C, Category.GPU_HARDWARE, _HW, 0.10, True,
                "gpu_crash", "contained ECC error (Xid 94)", 94,
                "Contained: SM (0x1). RST: No, D-RST: No", _ECC),
@@ -101,6 +103,7 @@ _GPU = (
                "gpu_hang", "GSP RPC timeout left the GPU stuck (Xid 119)", 119,
                "Timeout after 6s of waiting for RPC response from GPU{gpu} GSP! Expected "
                "function 76 (GSP_RM_CONTROL) (0x20800a4c 0x4).", sticky=True),
+    # No Xid to read: all a detector can see is the NCCL timeout, hence its category.
     FaultEntry("gpu_silent_hang", Family.GPU, _H, Category.NCCL_TIMEOUT_HANG, _HW, 0.03, True,
                "gpu_hang", "a GPU stopped making progress without any driver message"),
     FaultEntry("gpu_thermal_throttle", Family.GPU, _S, Category.STRAGGLER, _HW, 0.03, True,
@@ -128,6 +131,7 @@ _NETWORK = (
     FaultEntry("ib_completion_error", Family.NETWORK, _C, Category.INTERCONNECT_NETWORK, _IC,
                0.42, True, "ib_crash", "InfiniBand send failed: retry count exceeded",
                sticky=True),
+    # A flap: the link comes back, so a restart on the same node works.
     FaultEntry("roce_connection_reset", Family.NETWORK, _C, Category.INTERCONNECT_NETWORK, _IC,
                0.26, True, "ib_crash", "RoCE link flap reset NCCL connections",
                detail="reset"),
@@ -149,6 +153,7 @@ _HOST = (
 )
 
 _SYSTEM = (
+    # Shared storage fails for every node alike: the file-system faults blame no host.
     FaultEntry("checkpoint_no_space", Family.SYSTEM_SOFTWARE, _C, Category.FILESYSTEM_IO, _SW,
                0.20, False, "fs_crash", "checkpoint save failed: no space left on device",
                detail="nospace"),
@@ -171,6 +176,7 @@ _APPLICATION = (
                "cuda_oom", "CUDA out of memory on one rank"),
     FaultEntry("nan_loss", Family.APPLICATION, _C, Category.NUMERICAL_DIVERGENCE, _APP, 0.25,
                False, "nan_loss", "loss diverged to NaN"),
+    # Bugs in the code come back after every restart (``persistent``); OOM and NaN need not.
     FaultEntry("shape_mismatch", Family.APPLICATION, _C, Category.APPLICATION_ERROR, _APP, 0.15,
                False, "app_error", "tensor shape mismatch in user code",
                error="RuntimeError: mat1 and mat2 shapes cannot be multiplied (8192x4096 and "
@@ -205,6 +211,7 @@ ENTRIES: tuple[FaultEntry, ...] = (
     _GPU + _NVLINK + _NETWORK + _HOST + _SYSTEM + _APPLICATION + _MAINTENANCE + _UNKNOWN
 )
 BY_KEY: dict[str, FaultEntry] = {entry.key: entry for entry in ENTRIES}
+# Not only drawn: the injector fires it itself when an attempt reaches its time limit.
 TIME_LIMIT = BY_KEY["time_limit"]
 
 _FAMILIES = tuple(FAMILY_SHARES)

@@ -29,6 +29,7 @@ from .workloads import Template, WorkloadFactory, comment_for, tag_in
 
 # How long after a workload finishes its owner submits the next one.
 _RESUBMIT_S = 60.0
+# Phases in which an attempt's processes still run and can take a fault.
 _WORKING = (Phase.STARTUP, Phase.TRAIN)
 
 
@@ -54,6 +55,7 @@ def build_nodes(config: SimulationConfig) -> list[Node]:
             config.gpus_per_node,
             weight,
         )
+        # Up for days to weeks already, so uptime stamps look like those of a real fleet.
         node.boot_t = -rng.uniform(2 * 86400.0, 60 * 86400.0)
         nodes.append(node)
     return nodes
@@ -80,6 +82,7 @@ class SimulatedCluster:
         if self.config.manual_recovery is not None:
             self.operator = ManualOperator(self._core, self.scheduler, self.config.manual_recovery)
             self._injector.listeners.append(self.operator.notice)
+        # The cluster starts busy: the configured workloads are queued at time zero.
         self._fill()
 
     @property
@@ -102,6 +105,7 @@ class SimulatedCluster:
         clock, queue = self._core.clock, self._core.queue
         end = clock.t + seconds
         while (event := queue.pop_due(end)) is not None:
+            # The clock jumps to each event in turn, so a handler's now is its own time.
             clock.t, handler, args = event
             handler(*args)
         clock.t = end
@@ -157,12 +161,14 @@ class SimulatedCluster:
             self._core.job_lines(job, ft.step_cancelled(run.voice, job.raw_id, self.now, due))
         self._trainer.stop(job)
         completed = job.final is not None and job.final[0] is JobState.COMPLETED
+        # A failed job's workload stays live: it waits for a requeue, by a controller or by hand.
         if cause is StopCause.CANCELLED or completed:
             self._retire(job.workload)
 
     def workload_for(self, name: str, nodes: int, partition: str, comment: str) -> Workload:
         tag = tag_in(comment)
         known = next((w for w in self._workloads if tag is not None and w.tag == tag), None)
+        # A finished tag, or one whose job is still live, gets a fresh workload: one job each.
         if known is None or known.finished_t is not None or self._busy(known):
             known = self._factory.named(name, partition, nodes, tag)
             self._workloads.append(known)
@@ -189,6 +195,7 @@ class SimulatedCluster:
             room = self.config.workloads - live
             if template.array and room >= 2:
                 live += self._submit_array(template, self._factory.array_size(room))
+            # An array drawn with a single slot left is skipped; a later draw fills the slot.
             elif not template.array:
                 live += self._submit_one(self._factory.make(template))
 
@@ -208,6 +215,7 @@ class SimulatedCluster:
                 else self._factory.make(template, first.partition, first.num_nodes)
             )
             self._workloads.append(workload)
+            # Task 0 has the array's own id; later tasks get ids of their own, as slurmstepd prints.
             raw = base if task == 0 else self.scheduler.new_raw_id()
             self.scheduler.enqueue(workload, f"{base}_{task}", raw, comment_for(workload.tag))
         return size

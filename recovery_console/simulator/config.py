@@ -24,6 +24,7 @@ class ManualRecoveryBaseline:
 
 
 def _default_partitions() -> tuple[PartitionSpec, ...]:
+    # 56 and 8 of the default 64 nodes: a small canary partition beside the main one.
     return (PartitionSpec("gpu", 0.875), PartitionSpec("canary", 0.125))
 
 
@@ -51,13 +52,16 @@ class SimulationConfig:
     progress_interval_s: float = 20.0
     checkpoint_interval_s: float = 1800.0
     time_limit_s: float = 48 * 3600.0
+    # Slurm's credential-expiry wait before a requeued job may start again.
     requeue_delay_s: float = 10.0
+    # Slurm's default MinJobAge: finished jobs vanish from squeue after it.
     min_job_age_s: float = 300.0
     completing_s: float = 2.0
     first_job_id: int = 4200
     manual_recovery: ManualRecoveryBaseline | None = None
 
     def __post_init__(self) -> None:
+        # Checked here, so a bad setting fails when the cluster is built, not hours into a run.
         if self.nodes < 1 or self.gpus_per_node < 1 or self.workloads < 0:
             raise ValueError("nodes and gpus_per_node must be positive, workloads not negative")
         if not self.partitions or any(p.share <= 0 for p in self.partitions):

@@ -36,9 +36,11 @@ class Core:
         self.queue.push(t, self._emit_job, job, token, texts)
 
     def host_lines_at(self, t: float, host: str, texts: list[str]) -> None:
+        # Node logs outlive jobs: a kernel line is written whatever became of the attempt.
         self.queue.push(t, self.host_lines, host, texts)
 
     def _emit_job(self, job: Job, token: int, texts: list[str]) -> None:
         run = job.run
+        # Lines queued by an attempt that has since died or been requeued are never written.
         if run is not None and run.token == token and run.alive:
             self.job_lines(job, texts)

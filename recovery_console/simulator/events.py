@@ -16,6 +16,7 @@ def seeded(seed: int, stream: str) -> random.Random:
     Separate streams keep parts independent: an action on one job does not shift the draws of
     every other. (Simulation, not cryptography.)
     """
+    # A string seed hashes the same in every process (unlike hash()), so runs repeat exactly.
     return random.Random(f"{seed}:{stream}")  # noqa: S311
 
 
@@ -46,11 +47,13 @@ class EventQueue:
         self._seq = 0
 
     def push(self, t: float, handler: Handler, *args: object) -> None:
+        # The sequence breaks ties, so two handlers (which do not compare) are never compared.
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, handler, args))
 
     def pop_due(self, until: float) -> tuple[float, Handler, tuple[object, ...]] | None:
         """The next event at or before ``until``, removed from the queue; None if there is none."""
+        # Peek first: an event past ``until`` stays queued for the next advance.
         if not self._heap or self._heap[0][0] > until:
             return None
         t, _, handler, args = heapq.heappop(self._heap)

@@ -9,10 +9,13 @@ from datetime import datetime
 
 from .textgen import SITE_PACKAGES, Voice, glog_agent, pci_bus
 
+# (path, line number, function, source line) of one traceback frame.
 Frame = tuple[str, int, str, str]
 
 _MEGATRON = "/workspace/Megatron-LM"
 _MDS = "/workspace/Megatron-DeepSpeed"
+# Each framework's training loop from the script down to its step, with paths and line
+# numbers as real tracebacks print them; a leaf below adds where the failure happened.
 _FRAMES: dict[str, tuple[Frame, ...]] = {
     "megatron": (
         (f"{_MEGATRON}/pretrain_gpt.py", 284, "<module>", "pretrain("),
@@ -63,6 +66,7 @@ _FRAMES: dict[str, tuple[Frame, ...]] = {
         ),
     ),
 }
+# Keyed by the ``leaf`` a scene names: the call that raised.
 LEAVES: dict[str, tuple[Frame, ...]] = {
     "collective": (
         (
@@ -134,6 +138,8 @@ LEAVES: dict[str, tuple[Frame, ...]] = {
         ),
     ),
 }
+# PyTorch appends these to a CUDA error. Scenes add them only sometimes, so detectors
+# cannot come to rely on them.
 CUDA_HINT = (
     "CUDA kernel errors might be asynchronously reported at some other API call, so the "
     "stacktrace below might be incorrect.",
@@ -141,12 +147,14 @@ CUDA_HINT = (
     "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.",
 )
 ELASTIC_DOCS = "https://pytorch.org/docs/stable/elastic/errors.html"
+# The only signals the scenes deliver.
 SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 15: "SIGTERM"}
 
 
 def traceback(framework: str, leaf: str, exception: list[str]) -> list[str]:
     """A Python traceback through the framework's training loop down to ``leaf``."""
     lines = ["Traceback (most recent call last):"]
+    # An unknown leaf ends the traceback at the training step.
     for path, line, func, code in _FRAMES[framework] + LEAVES.get(leaf, ()):
         lines.append(f'  File "{path}", line {line}, in {func}')
         lines.append(f"    {code}")
@@ -159,6 +167,7 @@ def cuda_error(error: str, hint: bool) -> list[str]:
 
 def dist_backend_error(reason: str, nccl_version: str, last_error: str, code: str) -> list[str]:
     """The DistBackendError PyTorch raises when an NCCL call fails."""
+    # PyTorch prints the bare version, without the CUDA build suffix.
     short = nccl_version.split("+")[0]
     return [
         "torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/csrc/"
@@ -205,6 +214,7 @@ def watchdog_timeout(
 
 def watchdog_cuda(voice: Voice, rank: int, d: datetime, error: str) -> str:
     """The watchdog line of the rank whose GPU failed under a running collective."""
+    # The watchdog quotes the CUDA error without Python's exception name.
     return voice.glog(
         rank,
         d,
@@ -220,6 +230,7 @@ def ib_completion(
 ) -> list[str]:
     """NCCL's IB transport reporting a failed work completion, then the error unwinding."""
     ip = voice.ips[rank // voice.gpn]
+    # Ports and HCAs follow from the rank, so a rank always shows the same ones, with no draw.
     warn = (
         f"transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
         f"{peer_ip}<{40000 + rank * 13 % 9000}> with status={status} opcode=0 len=0 vendor "
@@ -228,6 +239,7 @@ def ib_completion(
     )
     return [
         voice.nccl(rank, warn),
+        # Each level of NCCL passes the error up; 6 is ncclRemoteError.
         voice.nccl(rank, "NCCL INFO transport/net.cc:1302 -> 6"),
         voice.nccl(rank, "NCCL INFO proxy.cc:878 -> 6 [Progress Thread]"),
     ]
@@ -255,9 +267,11 @@ def agent_failure(
     """A node's launcher reporting that one of its ranks died, and stopping the rest."""
     rank = pos * voice.gpn + local
     if voice.launcher == "pdsh":
+        # DeepSpeed's launcher kills its children itself and reports through pdsh.
         return _deepspeed_failure(voice, pos, d, local, exitcode, others)
     pid = voice.pids[pos]
     api = "torch/distributed/elastic/multiprocessing/api.py"
+    # torchrun stops the node's other ranks before it reports the one that failed.
     lines = [
         _elastic(
             voice,
@@ -294,7 +308,9 @@ def _elastic(voice: Voice, d: datetime, level: str, pid: int, where: str, text: 
 def child_failed(voice: Voice, pos: int, d: datetime, rank: int, exitcode: int) -> list[str]:
     """torchrun's ChildFailedError report, root cause last."""
     pid = voice.pid(rank)
+    # A negative exit code is the signal that killed the child, as torchrun reports it.
     signal = SIGNALS.get(-exitcode)
+    # Without ``@record`` on the script's main torchrun has no traceback, only its docs link.
     cause = (
         f"Signal {-exitcode} ({signal}) received by PID {pid}"
         if signal
@@ -346,6 +362,7 @@ def _deepspeed_failure(
             f"with return code = {exitcode}",
         )
     )
+    # ssh reports a death by signal as 128 plus the signal number.
     lines.append(
         f"pdsh@{voice.hosts[0]}: {voice.hosts[pos]}: ssh exited with exit code "
         f"{exitcode if exitcode > 0 else 128 - exitcode}"
@@ -355,6 +372,7 @@ def _deepspeed_failure(
 
 def agent_sigterm(voice: Voice, pos: int, d: datetime) -> list[str]:
     """A launcher that srun told to stop because another node's task failed."""
+    # srun's own tasks and DeepSpeed's launcher log nothing on SIGTERM.
     if voice.launcher != "torchrun":
         return []
     pid = voice.pids[pos]
@@ -375,6 +393,8 @@ def agent_sigterm(voice: Voice, pos: int, d: datetime) -> list[str]:
 
 def stepd(voice: Voice, text: str) -> str:
     """A slurmstepd message, with the host suffix newer Slurm versions print."""
+    # The job's PyTorch stands in for the site's age: a site that runs a newer one
+    # runs a newer Slurm too.
     who = f"slurmstepd-{voice.hosts[0]}" if voice.torch_new else "slurmstepd"
     return f"{who}: error: {text}"
 
@@ -393,6 +413,7 @@ def step_cancelled(voice: Voice, raw_id: int, d: datetime, due: str = "") -> lis
 
 def srun_task_exit(voice: Voice, rank: int, exitcode: int) -> str:
     """srun's report of the task that failed first (a node's torchrun, or a rank)."""
+    # Under torchrun srun starts one task per node, so the task is the node's position.
     task = rank if voice.launcher == "srun" else rank // voice.gpn
     host = voice.host(rank)
     if exitcode < 0:
@@ -405,6 +426,7 @@ def srun_abort(voice: Voice, skip_pos: int) -> list[str]:
     """srun tearing the step down after a failed task."""
     lines = ["srun: Job step aborted: Waiting up to 32 seconds for job step to finish."]
     for pos, host in enumerate(voice.hosts):
+        # The failed node's task was reported already.
         if pos == skip_pos:
             continue
         if voice.launcher == "srun":
@@ -423,11 +445,13 @@ def dmesg(uptime: float, text: str) -> str:
 
 def xid(gpu: int, code: int, pid: int | None, text: str) -> str:
     """The NVIDIA driver's Xid report."""
+    # With no process to name the driver prints placeholders, quotes and all.
     who = f"pid={pid}, name=python3" if pid else "pid='<unknown>', name=<unknown>"
     return f"NVRM: Xid (PCI:{pci_bus(gpu)}): {code}, {who}, {text}"
 
 
 def oom_killer(pid: int, rss_kb: int) -> list[str]:
+    # Every size follows from the killed process's RSS, so the three lines agree.
     return [
         "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), "
         "order=0, oom_score_adj=0",
@@ -449,5 +473,6 @@ def machine_check(cpu: int) -> list[str]:
 
 def ib_port(gpu: int, state: str) -> str:
     """mlx5's port state change for the HCA next to ``gpu``."""
+    # Each GPU's HCA sits on the PCI bus just after it, as on HGX boards.
     bus = pci_bus(gpu).split(":")[1]
     return f"mlx5_core 0000:{int(bus, 16) + 1:02x}:00.0 mlx5_{gpu}: Port: 1 Link {state}"

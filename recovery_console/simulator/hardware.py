@@ -32,12 +32,14 @@ SYSTEM = (
 
 def gpu_crash(s: Scene) -> None:
     e = s.entry
+    # The driver asks for a row remap (Xid 63) before it reports that the remap failed.
     if e.xid == 64:
         s.kernel(0.0, s.node, [xid_line(s, 63, XID63_TEXT)])
         s.mark_xid(63)
     s.kernel(0.0, s.node, [xid_line(s, e.xid, e.detail)])
     s.mark_xid(e.xid)
     s.halt(Phase.FAILING)
+    # The error shows in the step's traceback or in NCCL's watchdog, by where the rank was.
     dt = s.rng.uniform(0.3, 3.0)
     if s.rng.random() < 0.6:
         error = ft.cuda_error(e.error, hint=s.rng.random() < 0.5)
@@ -52,6 +54,7 @@ def gpu_crash(s: Scene) -> None:
                 ),
             ],
         )
+    # Peers see their connections break at once, or only when their watchdogs time out.
     if s.rng.random() < 0.6:
         peer_errors(s, dt + 0.5)
         fast_teardown(s, dt + 1.0, -6 if s.voice.launcher == "srun" else 1)
@@ -126,6 +129,7 @@ def node_crash(s: Scene) -> None:
         *ft.step_cancelled(s.voice, s.job.raw_id, s.d(detect), "NODE FAILURE"),
     ]
     s.node_down(detect, s.node, "Not responding", lines)
+    # It comes back by itself after a reboot, which clears the defect: no operator needed.
     s.node_back(detect + s.rng.uniform(1200.0, 2700.0), s.node)
 
 
@@ -150,6 +154,7 @@ def host_oom(s: Scene) -> None:
             *ft.srun_abort(v, s.pos),
         ],
     )
+    # Slurm records an OOM kill as exit code 0:125.
     s.end(s.rng.uniform(5.0, 20.0), JobState.OUT_OF_MEMORY, 0, 125, "OutOfMemory")
 
 
@@ -162,4 +167,5 @@ def soft_lockup(s: Scene) -> None:
             [f"watchdog: BUG: soft lockup - CPU#{cpu} stuck for {stuck}s! [python3:{pid}]"],
         )
     s.halt(Phase.HUNG)
+    # The frozen node's ranks print nothing; every other rank's watchdog fires.
     watchdog_teardown(s, set(range(s.pos * s.gpn, (s.pos + 1) * s.gpn)))

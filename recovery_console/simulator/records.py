@@ -66,6 +66,7 @@ class WorkloadProgress:
     lost_iterations: int
     attempts: int
     productive_gpu_s: float
+    # GPU time attempts actually held; wall GPU time also counts the time spent pending.
     allocated_gpu_s: float
     wall_gpu_s: float
     finished: bool
@@ -73,6 +74,7 @@ class WorkloadProgress:
     @property
     def effective_training_time(self) -> float:
         """Productive GPU time over wall GPU time (1.0 before anything ran)."""
+        # Nothing has run yet, so nothing has been lost either.
         if self.wall_gpu_s <= 0:
             return 1.0
         return self.productive_gpu_s / self.wall_gpu_s
@@ -83,4 +85,5 @@ class SchedulerError(Exception):
 
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
+        # The ESLURM_* name, so callers tell errors apart without parsing the wording.
         self.code = code

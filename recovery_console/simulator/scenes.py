@@ -15,6 +15,7 @@ from .core import Core
 from .scheduler import SimulatedScheduler
 from .state import Job, Node, Phase, Run
 
+# The version the start-up lines announce, so a job's log agrees with itself.
 NCCL_VERSION = "2.21.5+cuda12.4"
 REMOTE = "remote process exited or there was a network error"
 REMOTE_CODE = (
@@ -23,6 +24,7 @@ REMOTE_CODE = (
 )
 
 
+# The fault injector plays this part; a protocol, as ``faults`` imports this module.
 class Stage(Protocol):
     """What a scene needs from the simulation."""
 
@@ -96,9 +98,11 @@ class Scene:
     def _node_down(self, node: Node, reason: str, texts: list[str]) -> None:
         if self._alive():
             self.stage.core.job_lines(self.job, texts)
+        # Down even if the attempt already ended: the node's failure outlives the job.
         self.stage.scheduler.node_failed(node, reason)
 
     def _node_back(self, node: Node) -> None:
+        # The reboot clears the node's defect, so it returns healthy without a repair.
         node.reboot(self.stage.core.clock.t)
         self.stage.scheduler.node_returned(node)
 
@@ -134,6 +138,7 @@ def fast_teardown(s: Scene, dt: float, exitcode: int = 1) -> None:
     others = [r for r in range(s.pos * s.gpn, (s.pos + 1) * s.gpn) if r != s.rank]
     if v.launcher != "srun":
         s.say(dt + 1.5, ft.agent_failure(v, s.pos, s.d(dt + 1.5), local, exitcode, others))
+    # DeepSpeed's launcher runs outside any Slurm step: no srun reports or tears anything down.
     if v.launcher != "pdsh":
         s.say(dt + 2.0, [ft.srun_task_exit(v, s.rank, exitcode), *ft.srun_abort(v, s.pos)])
         for pos in range(len(v.hosts)):
@@ -149,6 +154,7 @@ def watchdog_teardown(s: Scene, skip: set[int]) -> None:
     dt = timeout + s.rng.uniform(0.05, 0.6)
     seq, lines = s.run.nccl_seq, []
     for rank in range(v.world):
+        # Skipped ranks are stuck themselves (in a kernel, or frozen) and print nothing.
         if rank not in skip:
             ran = int(timeout * 1000) + s.rng.randint(3, 150)
             lines += ft.watchdog_timeout(v, rank, s.d(dt), seq, timeout, ran)
@@ -166,6 +172,7 @@ def watchdog_teardown(s: Scene, skip: set[int]) -> None:
 
 
 def fail(s: Scene, dt: float, exitcode: int) -> None:
+    # srun reports a signal death as the signal; a launcher exits 1 whatever killed its ranks.
     if s.voice.launcher == "srun" and exitcode < 0:
         s.end(dt, JobState.FAILED, 0, -exitcode, "RaisedSignal")
     else:
@@ -173,6 +180,7 @@ def fail(s: Scene, dt: float, exitcode: int) -> None:
 
 
 def xid_line(s: Scene, code: int, text: str) -> str:
+    # The driver reports these two with no process: the GPU is gone, or it is bookkeeping.
     pid = None if code in (63, 79) else s.voice.pid(s.rank)
     detail = text.format(
         addr=s.rng.randrange(0x1000, 0xFFFFFF),

@@ -85,9 +85,12 @@ class SimulatedScheduler:
         self._queue = queue
         self._hooks = hooks
         self._jobs: dict[str, Job] = {}
+        # Pending jobs on their own too, so a pass never walks the finished ones still listed.
         self._pending: dict[str, Job] = {}
         self._next_id = config.first_job_id
+        # Submission order stands in for priority: earlier jobs go first.
         self._priority = 0
+        # The time of the one pass already queued, so requests for passes coalesce.
         self._next_pass: float | None = None
         self._sizes = {p.name: 0 for p in config.partitions}
         for node in nodes:
@@ -108,6 +111,7 @@ class SimulatedScheduler:
         """``sbatch``: queue a batch job and return its id. A ``{"workload": tag}`` comment
         naming a known workload resumes that workload from its last checkpoint."""
         part = partition or self._config.partitions[0].name
+        # Validate before anything else: a refused sbatch must leave no workload behind.
         self._check_size(part, nodes)
         excluded = self._check_nodes(exclude)
         workload = self._hooks.workload_for(name, nodes, part, comment)
@@ -119,6 +123,7 @@ class SimulatedScheduler:
         job = self.job(job_id)
         if job.state is JobState.PENDING:
             raise SchedulerError("Job is pending execution", "ESLURM_JOB_PENDING")
+        # A running job is killed first; a finished one still listed goes straight back.
         if job.state is JobState.RUNNING:
             job.end_t = self._clock.t
             self._hooks.job_stopped(job, StopCause.REQUEUED)
@@ -153,6 +158,7 @@ class SimulatedScheduler:
         """``scancel``: a pending job is cancelled at once, a running one is signalled."""
         job = self.job(job_id)
         if job.state is JobState.RUNNING:
+            # scancel signals the processes with SIGTERM, so the job records signal 15.
             self._end(job, (JobState.CANCELLED, 0, 15, "None"), StopCause.CANCELLED)
         elif job.state is JobState.PENDING:
             del self._pending[job.job_id]
@@ -181,6 +187,7 @@ class SimulatedScheduler:
             raise SchedulerError("Invalid node state specified", "ESLURM_INVALID_NODE_STATE")
         target.drain, target.drain_reason = False, ""
         target.defect = None
+        # A node that is still off stays DOWN until its slurmd registers again.
         if not target.offline:
             target.down, target.down_reason = False, ""
         self._request_pass()
@@ -278,6 +285,7 @@ class SimulatedScheduler:
 
     def _check_nodes(self, names: Iterable[str]) -> tuple[str, ...]:
         chosen = sorted(set(names))
+        # One unknown name fails the whole command, as it does with scontrol.
         for name in chosen:
             self.node(name)
         return tuple(chosen)
@@ -286,6 +294,7 @@ class SimulatedScheduler:
         job.state, job.reason, job.held = JobState.PENDING, reason, True
         job.exit_code = job.signal = None
         job.final = None
+        # A new serial voids a settle or purge queued for the job's old state.
         job.serial += 1
         # A requeued job may start only once its old credential expired.
         job.eligible_t = self._clock.t + self._config.requeue_delay_s
@@ -330,12 +339,14 @@ class SimulatedScheduler:
 
     def _request_pass(self, at: float | None = None) -> None:
         t = self._clock.t + SCHED_LATENCY_S if at is None else max(at, self._clock.t)
+        # A pass already due no later than this one will see the change too.
         if self._next_pass is not None and self._next_pass <= t:
             return
         self._next_pass = t
         self._queue.push(t, self._run_pass, t)
 
     def _run_pass(self, stamp: float) -> None:
+        # Superseded by an earlier pass requested since.
         if self._next_pass != stamp:
             return
         self._next_pass = None
@@ -360,6 +371,7 @@ class SimulatedScheduler:
             self._start(job, chosen)
             return
         job.reason = self._wait_reason(job, job.partition in state.waiting, state.usable)
+        # Later jobs of this partition that cannot start are reported as waiting for Priority.
         state.waiting.add(job.partition)
 
     def _free_by_partition(self) -> dict[str, list[Node]]:
@@ -381,6 +393,7 @@ class SimulatedScheduler:
         if len(slots) < job.num_nodes:
             return []
         picks = [free[slot] for slot in slots]
+        # Backwards, so a deletion does not shift the slots still to go.
         for slot in reversed(slots):
             del free[slot]
         return picks
@@ -390,6 +403,7 @@ class SimulatedScheduler:
     ) -> str:
         """Slurm's reason for a job that could not start in this pass."""
         key = (job.partition, job.excluded)
+        # Counted once per pass and (partition, exclusions): many pending jobs share a few keys.
         if key not in usable:
             excluded = set(job.excluded)
             usable[key] = sum(
@@ -406,6 +420,7 @@ class SimulatedScheduler:
         job.state, job.reason, job.nodes = JobState.RUNNING, "None", nodes
         job.start_t, job.end_t = self._clock.t, None
         job.exit_code = job.signal = None
+        # A new token: lines and events queued for the previous attempt are now stale.
         job.token += 1
         job.serial += 1
         for node in nodes:
@@ -420,6 +435,7 @@ class SimulatedScheduler:
             name=job.name,
             state=job.state,
             partition=job.partition,
+            # A pending job shows no nodes, even the ones it ran on before a requeue.
             nodes=() if pending else tuple(node.name for node in job.nodes),
             restart_count=job.restart_count,
             exit_code=job.exit_code,

@@ -33,6 +33,7 @@ def _no_space(s: Scene) -> None:
     it = s.run.iteration_at(s.t0)
     saving = f"saving checkpoint at iteration {it:7d} to {w.ckpt_dir} in torch_dist format"
     s.say(0.0, [v.out(v.log_rank, saving)])
+    # Rank 0 writes the checkpoint, so the teardown starts from it, whatever rank was drawn.
     s.rank, s.pos = 0, 0
     s.err(
         0.0, 0, ft.traceback(v.framework, "save", ["OSError: [Errno 28] No space left on device"])
@@ -55,15 +56,18 @@ def _lustre_eio(s: Scene) -> None:
 
 
 def fs_hang(s: Scene) -> None:
+    # The server is shared: every node of the job blocks on it, not only the one drawn.
     for pos, node in enumerate(s.run.nodes):
         s.kernel(0.0, node, ["nfs: server nfs01 not responding, still trying"])
         pid = s.voice.pid(pos * s.gpn)
         s.kernel(122.0, node, [f"INFO: task python3:{pid} blocked for more than 122 seconds."])
     s.halt(Phase.HUNG)
+    # The drawn node's ranks are stuck in the read; the others wait in a collective and time out.
     watchdog_teardown(s, set(range(s.pos * s.gpn, (s.pos + 1) * s.gpn)))
 
 
 def fabric_manager(s: Scene) -> None:
+    # systemd's lines, not the kernel's: they carry no uptime stamp.
     s.syslog(
         0.0,
         s.node,
@@ -94,6 +98,7 @@ def c10d_store(s: Scene) -> None:
     """The TCPStore on the first node goes away; ranks elsewhere lose their store connection."""
     v, master = s.voice, s.voice.hosts[0]
     ranks = peer_ranks(s, 3)
+    # The first rank to lose the store is the one whose exit brings the step down.
     s.rank, s.pos = ranks[0], ranks[0] // s.gpn
     error = [f"torch.distributed.DistStoreError: {STORE_LOST}"]
     for rank in ranks:
@@ -108,6 +113,7 @@ def c10d_store(s: Scene) -> None:
 
 def cuda_oom(s: Scene) -> None:
     v, gib = s.voice, s.rng.choice((1.0, 2.0, 3.5, 4.0))
+    # Newer PyTorch names the exception at the top level; older jobs print the CUDA one.
     name = "torch.OutOfMemoryError" if v.torch_new else "torch.cuda.OutOfMemoryError"
     message = (
         f"{name}: CUDA out of memory. Tried to allocate {gib:.2f} GiB. GPU {s.gpu} has a "
@@ -127,6 +133,7 @@ def cuda_oom(s: Scene) -> None:
 def nan_loss(s: Scene) -> None:
     """The loss goes NaN: the progress log shows it, then the framework's guard stops the run."""
     v, w = s.voice, s.job.workload
+    # The NaN shows on the rank that logs progress; no GPU is to blame.
     s.rank, s.pos = v.log_rank, v.log_rank // s.gpn
     it = max(1, s.run.iteration_at(s.t0))
     shown, exception = _NAN[w.framework](s, it)
@@ -153,6 +160,7 @@ def _megatron_nan(s: Scene, it: int) -> tuple[list[str], str]:
 
 def _deepspeed_nan(s: Scene, it: int) -> tuple[list[str], str]:
     stamp = ds_stamp(s.d(0.0))
+    # fp16 loss scaling halves the scale at each overflow until it cannot go lower.
     lines = [
         f"{stamp} [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank {s.rank} "
         f"Skipping step. Attempted loss scale: {n}, reducing to {max(1, n // 2)}"
@@ -205,6 +213,7 @@ def admin_down(s: Scene) -> None:
     ]
     s.node.offline = True
     s.halt(Phase.FAILING)
+    # No error comes first: the job's only evidence is Slurm's NODE FAILURE banner.
     s.node_down(0.0, s.node, reason, lines)
     s.node_back(s.rng.uniform(1800.0, 5400.0), s.node)
 
@@ -213,6 +222,7 @@ def time_limit(s: Scene) -> None:
     v = s.voice
     lines = ft.step_cancelled(v, s.job.raw_id, s.d(0.0), "TIME LIMIT")
     for pos in range(len(v.hosts)):
+        # Slurm signals every node at once, so every node's launcher reports the SIGTERM.
         lines += ft.agent_sigterm(v, pos, s.d(0.0))
     s.say(0.0, lines)
     s.halt(Phase.FAILING)
@@ -222,6 +232,7 @@ def time_limit(s: Scene) -> None:
 def unknown_exit(s: Scene) -> None:
     v, w = s.voice, s.job.workload
     if s.entry.detail == "sigkill":
+        # The batch script's srun started just before the launchers, so its pid is lower.
         pid = v.pids[0] - 7
         s.say(
             0.0,
@@ -231,6 +242,7 @@ def unknown_exit(s: Scene) -> None:
             ],
         )
         s.halt(Phase.FAILING)
+        # The batch shell exits 137 (128 + SIGKILL) after its srun was killed.
         s.end(s.rng.uniform(1.0, 3.0), JobState.FAILED, 137, 0, "NonZeroExitCode")
         return
     # The log just stops, mid-line, as when a process dies while its buffer is flushed.

@@ -32,6 +32,7 @@ class Phase(StrEnum):
 class Defect:
     """A fault that stays on a node until an operator resumes it."""
 
+    # It strikes again, on the same GPU, until the node is resumed or rebooted.
     entry: FaultEntry
     gpu: int
 
@@ -64,10 +65,14 @@ class Node:
         self.name = name
         self.partition = partition
         self.gpus = gpus
+        # Relative fault rate: ``bad_node_factor`` for the bad few, 1.0 for the rest.
         self.weight = weight
+        # Unique per index (250 hosts a /24), for the addresses NCCL and socket errors print.
         self.ip = f"10.{16 + index // 62500}.{index // 250 % 250}.{index % 250 + 1}"
         self.job: Job | None = None
+        # The job has ended but still holds the node, as while Slurm's epilog runs.
         self.completing = False
+        # Down and drain are kept apart, as Slurm does: a node that reboots by itself stays drained.
         self.down = False
         self.down_reason = ""
         self.drain = False
@@ -75,7 +80,9 @@ class Node:
         # Crashed or rebooting: no slurmd, no dcgm-exporter.
         self.offline = False
         self.defect: Defect | None = None
+        # Uptime in dmesg stamps counts from here.
         self.boot_t = 0.0
+        # The last Xid and the double-bit ECC count per GPU, for the DCGM gauges.
         self.xid = [0] * gpus
         self.dbe = [0] * gpus
 
@@ -137,12 +144,15 @@ class Run:
         self.phase = Phase.STARTUP
         self.seg_t0 = start_t
         self.seg_iter0 = 0
+        # No iterations while starting up: the speed is set when training begins.
         self.spi = math.inf
+        # Bumped at every change of speed, so a progress tick queued before it can tell it is stale.
         self.epoch = 0
         self.slow = 1.0
         # (node position, gpu) of the GPU that is stuck in a kernel, for the metrics.
         self.stuck: tuple[int, int] | None = None
         self.nccl_seq = 0
+        # A hang no watchdog reports: only the time limit ends it.
         self.silent = False
 
     def iteration_at(self, t: float) -> int:
@@ -210,6 +220,7 @@ class Workload:
         self.train_iters = 1000
         self.iteration = 0
         self.ckpt_iter = 0
+        # Where the simulation found it: iterations done before are not credited as productive.
         self.start_iter = 0
         self.log_every = 10
         self.save_every = 1000
@@ -219,6 +230,7 @@ class Workload:
         self.loss_floor = 1.8
         self.job: Job | None = None
         self.job_ids: list[str] = []
+        # A bug in the workload's own code: every later attempt hits it again.
         self.persistent: FaultEntry | None = None
         self.first_start_t: float | None = None
         self.finished_t: float | None = None

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+# Kept word for word, the trailing space too: detectors must meet the real text.
 TORCH_WARNING = (
     "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to avoid "
     "your system being overloaded, please further tune the variable for optimal performance in "
@@ -37,6 +38,7 @@ ALLOCATOR_WARNING = (
     "get_accelerator().empty_cache() calls in your training loop to ensure that all ranks flush "
     "their caches at the same time"
 )
+# Where NVIDIA's PyTorch containers install packages, as tracebacks show it.
 SITE_PACKAGES = "/usr/local/lib/python3.10/dist-packages"
 
 
@@ -77,6 +79,7 @@ class Voice:
     def out(self, rank: int, text: str) -> str:
         """A line a rank writes to stdout."""
         if self.launcher == "srun":
+            # srun --label pads task numbers to the width of the largest one.
             return f"{rank:>{len(str(self.world - 1))}}: {text}"
         if self.launcher == "pdsh":
             return f"{self.host(rank)}: {text}"
@@ -91,11 +94,13 @@ class Voice:
     def glog(self, rank: int, d: datetime, where: str, text: str, level: str = "E") -> str:
         """A c10d C++ log line, in the format of the job's PyTorch version."""
         if self.torch_new:
+            # c10d prints nanoseconds; the clock has microseconds, so the rank fills in the rest.
             nanos = f"{d.microsecond:06d}{rank * 37 % 1000:03d}"
             body = f"[{level}{d:%m%d %H:%M:%S}.{nanos} {where}] {text}"
         else:
             body = f"[{level} {where}] {text}"
         if self.launcher == "torchrun":
+            # No space after the prefix before a C++ log line, as real torchrun logs show.
             return f"[rank{rank}]:{body}"
         return self.out(rank, body)
 
@@ -138,6 +143,7 @@ def megatron_iteration(
     nan_iters: int = 0,
 ) -> str:
     """Megatron-LM's per-interval ``training_log`` line."""
+    # Megatron prints nan, where Python's E format would print NAN.
     loss_text = "nan" if math.isnan(loss) else f"{loss:.6E}"
     norm_text = "nan" if math.isnan(gnorm) else f"{gnorm:.3f}"
     return (
@@ -184,6 +190,7 @@ def tqdm_bar(it: int, total: int, secs: float, elapsed: float) -> str:
     cells = int(done * 10)
     bar = "█" * cells + " " * (10 - cells)
     left = (total - it) * secs
+    # tqdm turns the rate around once an iteration takes more than a second.
     rate = f"{secs:.2f}s/it" if secs >= 1 else f"{1 / secs:.2f}it/s"
     return f"{done:4.0%}|{bar}| {it}/{total} [{_mmss(elapsed)}<{_mmss(left)}, {rate:>9}]"
 
@@ -191,6 +198,7 @@ def tqdm_bar(it: int, total: int, secs: float, elapsed: float) -> str:
 def _mmss(seconds: float) -> str:
     whole = int(seconds)
     hours, rest = divmod(whole, 3600)
+    # tqdm shows hours only once there are some.
     if hours:
         return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
     return f"{rest // 60:02d}:{rest % 60:02d}"
@@ -207,10 +215,12 @@ def launcher_banner(voice: Voice, d: datetime, agent_pid: int) -> list[str]:
             )
             for pos, host in enumerate(voice.hosts[:2])
         ]
+    # Under srun --label every task is a rank itself: no launcher prints a banner.
     if voice.launcher != "torchrun":
         return []
     where = "torch/distributed/run.py:793"
     if not voice.torch_new:
+        # Older torchrun logs through Python's logging, without glog stamps.
         return ["WARNING:torch.distributed.run:", "*" * 41, TORCH_WARNING, "*" * 41]
     return [
         glog_agent(d, "W", agent_pid, where, text)
@@ -226,6 +236,7 @@ def nccl_init(voice: Voice, rank: int, nccl_version: str) -> list[str]:
         "NCCL INFO NET/Plugin: No plugin found (libnccl-net.so), using internal implementation",
         f"NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_3:1/IB [2]mlx5_4:1/IB [3]mlx5_5:1/IB "
         f"[4]mlx5_6:1/IB [5]mlx5_9:1/IB [6]mlx5_10:1/IB [7]mlx5_11:1/IB ; OOB ib0:{ip}<0>",
+        # Each rank has its own comm handle, but all share the job's one commId.
         f"NCCL INFO comm 0x{0x55D0C0 + rank * 4096:x} rank {rank} nranks {voice.world} cudaDev "
         f"{rank % voice.gpn} nvmlDev {rank % voice.gpn} busId {PCI_BUSES[rank % 8]}000 "
         f"commId 0x{0x3C8D93D1 * (rank // voice.world + 1):x} - Init COMPLETE",
@@ -236,6 +247,7 @@ def nccl_init(voice: Voice, rank: int, nccl_version: str) -> list[str]:
 
 
 def megatron_banner(voice: Voice, d: datetime) -> list[str]:
+    # Tensor parallelism within a node, data parallelism across nodes: the usual layout.
     tp = min(voice.gpn, 8)
     return [
         f"using world size: {voice.world}, data-parallel size: {voice.world // tp}, "
@@ -309,5 +321,6 @@ PCI_BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
 
 def pci_bus(gpu: int) -> str:
     """The ``PCI:0000:xx:00`` address NVRM uses for a GPU."""
+    # Boards with more than eight GPUs get made-up but distinct bus numbers.
     bus = PCI_BUSES[gpu] if gpu < len(PCI_BUSES) else f"{0x10 + gpu * 0x11 & 0xFF:02x}"
     return f"0000:{bus}:00"

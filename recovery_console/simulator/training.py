@@ -16,6 +16,7 @@ from .scheduler import SimulatedScheduler
 from .state import Job, Phase, Run, Workload
 from .textgen import Voice
 
+# Harmless warnings per hour of training: detectors must meet benign noise, not only progress.
 _NOISE_PER_HOUR = 4.0
 _DATALOADER_WARNING = (
     f"{tg.SITE_PACKAGES}/torch/utils/data/dataloader.py:617: UserWarning: This DataLoader will "
@@ -31,10 +32,12 @@ _USE_CACHE_WARNING = (
 
 def loss_at(w: Workload, it: int) -> float:
     noise = 0.04 * (w.rng.random() - w.rng.random())
+    # Falls like a power law towards the workload's floor, as pre-training losses do.
     return w.loss_floor + 9.0 / math.sqrt(1.0 + it / 250.0) + noise
 
 
 def lr_at(w: Workload, it: int) -> float:
+    # Linear warm-up, then cosine decay to a tenth of the peak: the usual LLM schedule.
     warmup = min(2000, w.train_iters // 10 or 1)
     if it < warmup:
         return w.lr_peak * (it + 1) / warmup
@@ -59,11 +62,13 @@ class Trainer:
         w, t = job.workload, self._core.clock.t
         run = Run(job.token, t, list(job.nodes), self._voice(job))
         run.seg_iter0 = w.iteration
+        # Collectives already run when a watchdog reports one, for its SeqNum.
         run.nccl_seq = w.rng.randrange(1000, 90000)
         job.run = run
         w.attempts += 1
         if w.first_start_t is None:
             w.first_start_t = t
+        # Megatron-style jobs build parallel groups and load sharded checkpoints: they start slower.
         startup = w.rng.uniform(25.0, 60.0) if w.framework == "hf" else w.rng.uniform(45.0, 150.0)
         self._startup_lines(job, run, startup)
         self._core.queue.push(t + startup, self._ready, job, run.token)
@@ -77,8 +82,10 @@ class Trainer:
         w, t = job.workload, self._core.clock.t
         w.allocated_gpu_s += (t - run.start_t) * w.gpus
         if job.final is not None and job.final[0] is JobState.COMPLETED:
+            # A finished run saved its last iteration: nothing is lost.
             w.iteration = w.ckpt_iter = w.train_iters
         else:
+            # Everything since the last checkpoint is lost; the next attempt resumes from there.
             w.lost_iters += max(0, run.iteration_at(t) - w.ckpt_iter)
             w.iteration = w.ckpt_iter
         run.phase = Phase.OVER
@@ -88,12 +95,14 @@ class Trainer:
         t = self._core.clock.t
         run.seg_iter0, run.seg_t0 = run.iteration_at(t), t
         run.spi = math.inf
+        # A new epoch voids the progress tick already queued.
         run.epoch += 1
         run.phase = phase
 
     def slow_down(self, job: Job, run: Run, factor: float) -> None:
         """Every iteration now takes ``factor`` times as long (a straggler holds everyone)."""
         run.slow = factor
+        # Still starting up: ``_ready`` applies ``run.slow`` when training begins.
         if run.phase is not Phase.TRAIN:
             return
         t = self._core.clock.t
@@ -119,6 +128,7 @@ class Trainer:
             checkpoint_iteration=w.ckpt_iter,
             lost_iterations=w.lost_iters,
             attempts=w.attempts,
+            # At nominal speed, so a slowed attempt earns credit only for the iterations it did.
             productive_gpu_s=(iteration - w.start_iter) * w.spi * w.gpus,
             allocated_gpu_s=allocated,
             wall_gpu_s=wall,
@@ -204,9 +214,11 @@ class Trainer:
             return
         w, d = job.workload, self._core.clock.now
         lines = self._progress_lines(w, run, it, d)
+        # The last iteration always saves, so a completed run loses nothing.
         if it % w.save_every == 0 or it >= w.train_iters:
             lines += self._checkpoint_lines(w, run, it)
             w.ckpt_iter = it
+        # A tick covers spi × log_every seconds: the chance scales with it to keep the hourly rate.
         if w.rng.random() < _NOISE_PER_HOUR * w.spi * w.log_every / 3600.0:
             lines.append(self._noise_line(w, run))
         self._core.job_lines(job, lines, d)
@@ -217,6 +229,7 @@ class Trainer:
 
     def _progress_lines(self, w: Workload, run: Run, it: int, d: datetime) -> list[str]:
         voice, rng = run.voice, w.rng
+        # The reported iteration time jitters; the schedule itself keeps the exact speed.
         secs = run.spi * (1.0 + 0.02 * (rng.random() - rng.random()))
         rank = voice.log_rank
         if w.framework == "megatron":
@@ -226,6 +239,7 @@ class Trainer:
                 w.train_iters,
                 w.gbs,
                 secs * 1000.0,
+                # Throughput follows the iteration time, so a slowdown shows in both.
                 w.tflops * w.spi / secs,
                 lr_at(w, it),
                 loss_at(w, it),
@@ -242,6 +256,7 @@ class Trainer:
             loss_at(w, it),
             grad_norm_at(w, it),
             lr_at(w, it),
+            # Three epochs, as the Hugging Face banner says.
             3.0 * it / w.train_iters,
             secs,
             elapsed,

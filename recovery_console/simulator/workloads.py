@@ -28,6 +28,8 @@ class Template:
     array: bool = False
 
 
+# ``size`` places a template's jobs between the smallest and the largest (0 to 1);
+# ``weight`` is its share of submissions.
 TEMPLATES = (
     Template(
         "llama-70b-pretrain",
@@ -36,6 +38,7 @@ TEMPLATES = (
         (6.0, 9.0),
         410.0,
         1024,
+        # Weeks of training, far longer than any simulation: this run never gets to finish.
         (500_000, 500_000),
         74.0,
         "pretrain_gpt.py",
@@ -112,6 +115,7 @@ class WorkloadFactory:
         return self._rng.choices(TEMPLATES, [t.weight for t in TEMPLATES])[0]
 
     def array_size(self, room: int) -> int:
+        # Never more tasks than free slots, so the configured number of workloads holds.
         return min(room, self._rng.randint(2, 4))
 
     def make(
@@ -131,6 +135,7 @@ class WorkloadFactory:
 
     def named(self, name: str, partition: str, nodes: int, tag: str | None) -> Workload:
         """A workload for a job submitted from outside, shaped by the closest template."""
+        # An unknown name gets the small fine-tuning template (llama-8b-dpo).
         template = next((t for t in TEMPLATES if t.name in name), TEMPLATES[3])
         workload = self.make(template, partition, nodes, tag)
         workload.name = name
@@ -155,13 +160,17 @@ class WorkloadFactory:
         w.tflops = template.tflops * rng.uniform(0.95, 1.05)
         w.gbs = template.gbs
         w.train_iters = rng.randint(*template.train_iters)
+        # In iterations, so a progress line comes about every ``progress_interval_s`` at any speed.
         w.log_every = max(1, round(config.progress_interval_s / w.spi))
         saves = max(1, round(config.checkpoint_interval_s / w.spi / w.log_every))
+        # A multiple of the log interval, so every save falls on a logged iteration.
         w.save_every = saves * w.log_every
         w.script = template.script
         w.ckpt_dir = f"/checkpoints/{w.tag}"
         w.fb_mib = template.fb_gib * 1024 * rng.uniform(0.97, 1.0)
+        # PyTorch's default ten minutes, twice as often as a raised half hour.
         w.nccl_timeout_s = rng.choice((600.0, 600.0, 1800.0))
+        # Most jobs run a recent PyTorch; the rest print the older log formats.
         w.torch_new = rng.random() < 0.75
         w.loss_floor = rng.uniform(1.6, 2.2)
         w.lr_peak = rng.choice((1.5e-4, 3e-4, 2e-5))
@@ -181,6 +190,7 @@ def tag_in(comment: str) -> str | None:
     try:
         data = json.loads(comment)
     except ValueError:
+        # Comments are free text: most are not JSON at all.
         return None
     tag = data.get("workload") if isinstance(data, dict) else None
     return tag if isinstance(tag, str) else None

@@ -25,6 +25,7 @@ class ControllerTokenAuthentication(authentication.BaseAuthentication):
         token = authenticate_controller(header[1].decode(errors="replace"))
         if token is None:
             raise exceptions.AuthenticationFailed("unknown or revoked controller token")
+        # The token is the request's user as well (it answers is_authenticated).
         return token, token
 
     def authenticate_header(self, request: Request) -> str:
@@ -40,6 +41,7 @@ class IsControllerOfCluster(permissions.BasePermission):
         token = request.auth
         if not isinstance(token, ControllerToken):
             return False
+        # A leaked token reaches its own cluster only, never the others the console runs.
         return bool(token.cluster.name == view.kwargs.get("cluster"))
 
 

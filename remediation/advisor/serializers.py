@@ -9,6 +9,7 @@ from remediation.models import Advice, Milestone
 
 
 class JobSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    # Plain ids and array tasks ("1234_7") only: the id ends up in scontrol arguments.
     job_id = serializers.RegexField(r"^\d+(_\d+)?$", max_length=64)
     name = serializers.CharField(max_length=200, allow_blank=True, default="")
     state = serializers.ChoiceField(choices=[s.value for s in JobState])
@@ -38,6 +39,7 @@ class NodeSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 class SnapshotSerializer(serializers.Serializer):  # type: ignore[type-arg]
     taken_at = serializers.DateTimeField()
+    # Bounds one request, so a runaway squeue cannot make the console parse millions of rows.
     jobs = JobSerializer(many=True, max_length=100_000)  # type: ignore[call-arg]
     nodes = NodeSerializer(many=True, max_length=100_000)  # type: ignore[call-arg]
 
@@ -49,6 +51,7 @@ class SnapshotResultSerializer(serializers.Serializer):  # type: ignore[type-arg
 
 
 class AdviceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    # Flattened from the attempt, so a controller finds the job without a second request.
     job_id = serializers.CharField(source="attempt.job_id")
     attempt_index = serializers.IntegerField(source="attempt.attempt_index")
     partition = serializers.CharField(source="attempt.partition")
@@ -77,12 +80,14 @@ class AdviceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 class ReconciliationSerializer(serializers.Serializer):  # type: ignore[type-arg]
     observed_generation = serializers.IntegerField(min_value=1)
+    # A controller's words; the console maps them to claimed, executed and failed.
     disposition = serializers.ChoiceField(choices=["pending", "converged", "abandoned"])
     reason = serializers.CharField(max_length=2000, allow_blank=True, default="")
 
 
 class MilestoneSerializer(serializers.Serializer):  # type: ignore[type-arg]
     advice = serializers.IntegerField(min_value=1)
+    # Chosen by the controller and unique per cluster: a retried POST records nothing new.
     idempotency_key = serializers.CharField(max_length=200)
     action = serializers.ChoiceField(choices=Milestone.Step.values)
     at = serializers.DateTimeField()

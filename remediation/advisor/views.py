@@ -32,11 +32,13 @@ def controller_of(request: Request) -> ControllerToken:
     """The authenticated controller (``IsControllerOfCluster`` has checked it is one)."""
     token = request.auth
     if not isinstance(token, ControllerToken):
+        # Unreachable behind IsControllerOfCluster; kept so a view wired without it fails closed.
         raise PermissionDenied("a controller token is required")
     return token
 
 
 class AdvisorView(APIView):
+    # Controllers only: a person's session or API token must not drive the Advisor API.
     authentication_classes = (ControllerTokenAuthentication,)
     permission_classes = (IsControllerOfCluster,)
 
@@ -48,6 +50,7 @@ class SnapshotView(AdvisorView):
         payload = s.SnapshotSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         snapshot = _snapshot(payload.validated_data)
+        # Recorded under the controller's actor, so the audit trail says which controller saw it.
         result = console.record_snapshot(
             controller_of(request).actor, controller_of(request).cluster, snapshot
         )
@@ -84,9 +87,11 @@ class AdviceListView(AdvisorView):
     def get(self, request: Request, cluster: str) -> Response:
         """Advice with its generation, desired state and exclusions; ``enforce: false`` (monitor
         mode, or a partition outside the allowlist) must not be acted on."""
+        # Active by default: that is what a controller polls every cycle.
         if request.query_params.get("active", "true").lower() in {"1", "true", "yes"}:
             advice = services.active_advice(controller_of(request).cluster)
         else:
+            # The full history is capped (newest first): it is for inspection, not for paging.
             advice = list(
                 Advice.objects.filter(cluster=controller_of(request).cluster).select_related(
                     "attempt"
@@ -102,6 +107,7 @@ class ReconciliationView(AdvisorView):
         abandoned. Idempotent; a stale generation or another controller's claim gets 409."""
         payload = s.ReconciliationSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
+        # Scoped lookup first: another cluster's advice id gets 404, not a server error.
         get_object_or_404(Advice, pk=pk, cluster=controller_of(request).cluster)
         data = payload.validated_data
         try:
@@ -113,6 +119,7 @@ class ReconciliationView(AdvisorView):
                 data["reason"],
             )
         except services.StaleGeneration as exc:
+            # 409, not 400: newer advice exists, and the controller re-reads it next cycle.
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         except services.AdviceAlreadyClaimed:
             return Response(
@@ -120,6 +127,7 @@ class ReconciliationView(AdvisorView):
                 status=status.HTTP_409_CONFLICT,
             )
         except PermissionError as exc:
+            # Advice not to be enforced (monitor mode, outside the allowlist) is never acted on.
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
         return Response(s.AdviceSerializer(result.advice).data)
 
@@ -143,6 +151,7 @@ class MilestoneView(AdvisorView):
             data["at"],
             data["detail"],
         )
+        # 200 on a replay: a controller retrying after a lost answer sees success, not an error.
         return Response(
             payload.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
         )

@@ -17,6 +17,7 @@ from .reconciler import AdviceItem, AdvisorUnavailable
 
 class HttpAdvisor:
     def __init__(self, base_url: str, cluster: str, token: str, timeout: float = 10.0) -> None:
+        # Quoted: a cluster name must not be able to change the path it is sent to.
         self.base = f"{base_url.rstrip('/')}/api/v1/advisor/{quote(cluster)}"
         self.token, self.timeout = token, timeout
 
@@ -65,8 +66,10 @@ class HttpAdvisor:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
                 raw = response.read()
         except urllib.error.HTTPError as exc:
+            # A conflict is an answer, not an outage: reconcile turns it into False, not a retry.
             if exc.code == 409:
                 raise _Conflict(path) from exc
+            # Bounded: an HTML error page must not flood the controller's log.
             detail = exc.read()[:500].decode(errors="replace")
             raise AdvisorUnavailable(
                 f"{method} {self.base}{path}: HTTP {exc.code} {detail}"

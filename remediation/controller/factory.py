@@ -12,6 +12,7 @@ from .transport import LocalTransport, SshTransport, Transport
 
 def transport_from(options: dict[str, Any]) -> Transport:
     """Local commands, or commands over SSH with the host key checked."""
+    # Passed with every command, so it applies on the remote side too over SSH.
     env = {"SLURM_CONF": options["slurm_conf"]} if options.get("slurm_conf") else {}
     if not options.get("ssh"):
         return LocalTransport(env)
@@ -19,6 +20,7 @@ def transport_from(options: dict[str, Any]) -> Transport:
     return SshTransport(
         options["ssh"],
         identity_file=Path(options.get("identity") or home / "id_ed25519"),
+        # Host keys are always checked: scontrol must never run on an impostor.
         known_hosts_file=Path(options.get("known_hosts") or home / "known_hosts"),
         port=int(options.get("ssh_port") or 22),
         remote_env=env,

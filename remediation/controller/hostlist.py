@@ -36,6 +36,7 @@ def _split_top_level(text: str) -> list[str]:
     for i, ch in enumerate(text):
         if ch == "[":
             depth += 1
+            # Slurm never nests brackets; refusing beats guessing what was meant.
             if depth > 1:
                 raise ValueError(f"nested brackets in hostlist {text!r}")
         elif ch == "]":
@@ -61,6 +62,7 @@ def _expand_entry(entry: str) -> list[str]:
     total = 1
     for options in choices:
         total *= len(options)
+    # Checked before expanding, so a huge product fails at once instead of eating memory.
     if total > MAX_HOSTS:
         raise ValueError(f"hostlist entry {entry!r} expands to more than {MAX_HOSTS} names")
     names = []

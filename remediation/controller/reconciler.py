@@ -121,8 +121,10 @@ class Controller:
                     break  # SIGTERM: the advice in hand was finished; leave the rest
                 self._consider(advice, report)
         except (AdvisorUnavailable, TransportError) as exc:
+            # The rest waits for the next cycle: each step is safe to repeat.
             report.error = str(exc)
             log.warning("controller cycle cut short: %s", exc)
+        # Sent after a failure too: the console shows a controller that is alive but failing.
         self._heartbeat(report.error)
         return report
 
@@ -132,6 +134,7 @@ class Controller:
         if self.partitions and advice.partition not in self.partitions:
             report.skipped.append(f"advice {advice.id}: partition {advice.partition} not ours")
             return
+        # Claim before acting: the console's conditional update lets only one controller through.
         if not self.advisor.reconcile(advice, "pending"):
             report.skipped.append(f"advice {advice.id}: claimed by another controller")
             return
@@ -153,18 +156,22 @@ class Controller:
             self._drain(advice)
         except SlurmCommandError as exc:
             return self._abandon(advice, f"Slurm refused: {exc}")
+        # The answer is not checked: claimed advice is never revised, so it cannot be stale here.
         self.advisor.reconcile(advice, "converged", _summary(advice))
         return True
 
     def _restart(self, advice: AdviceItem, job: JobRecord) -> None:
+        # A higher restart count means the requeue already happened (this run or a previous one).
         if job.restart_count <= advice.attempt_index:
             self.scheduler.requeue_hold(advice.job_id)
             self._milestone(advice, "requeue_hold")
             job = self._fresh(advice)
+        # Only ever add: exclusions already on the job (the user's, an earlier advice's) are kept.
         wanted = set(advice.exclude_nodes) | set(job.excluded_nodes)
         if advice.desired_state == "running_excluding" and not wanted <= set(job.excluded_nodes):
             self.scheduler.update_exclusions(advice.job_id, sorted(wanted))
             self._milestone(advice, "update_exclusions", {"nodes": sorted(wanted)})
+        # A job no longer held (released by us or the watchdog) is left to the scheduler.
         if job.held:
             self.scheduler.release(advice.job_id)
             self._milestone(advice, "release")
@@ -172,9 +179,11 @@ class Controller:
     def _cancel(self, advice: AdviceItem, job: JobRecord) -> None:
         if not job.is_terminal or job.held:
             self.scheduler.cancel(advice.job_id)
+        # Recorded even when the job had already ended: the desired state is reached either way.
         self._milestone(advice, "cancel")
 
     def _drain(self, advice: AdviceItem) -> None:
+        # Drains come last, once the job is dealt with; draining a drained node again is harmless.
         for node in advice.drain_nodes:
             self.scheduler.drain(node, f"recovery console advice {advice.id}: repeated faults")
             self._milestone(advice, "drain_node", {"node": node}, key_suffix=node)
@@ -182,6 +191,7 @@ class Controller:
     def _fresh(self, advice: AdviceItem) -> JobRecord:
         job = self.scheduler.job(advice.job_id)
         if job is None:
+            # Gone between steps: treated as Slurm refusing, so the advice is abandoned.
             raise SlurmCommandError(["job", advice.job_id], 1, "Invalid job id specified")
         return job
 

@@ -42,11 +42,13 @@ class WatchdogState:
             data = json.loads(path.read_text())
             return cls(dict(data.get("first_seen", {})), list(data.get("unreported", [])))
         except (OSError, ValueError) as exc:
+            # Fail open: a lost state file only restarts the clocks; it must not stop the watchdog.
             log.warning("watchdog state %s unreadable (%s): starting afresh", path, exc)
             return cls()
 
     def save(self, path: Path | None) -> None:
         if path is not None:
+            # Write, then rename: a crash mid-write never leaves a half-written state file behind.
             partial = path.with_suffix(".tmp")
             partial.write_text(
                 json.dumps({"first_seen": self.first_seen, "unreported": self.unreported})
@@ -71,6 +73,7 @@ class Watchdog:
         """Release what has been held too long; returns the job ids released."""
         now = self.clock()
         held = {job.job_id: job for job in self.scheduler.snapshot().jobs if _held_for_requeue(job)}
+        # Jobs no longer held are forgotten, so a job held again later starts a fresh clock.
         self.state.first_seen = {j: self.state.first_seen.get(j, now.isoformat()) for j in held}
         advice = self._advice_by_job()
         released = []
@@ -82,6 +85,7 @@ class Watchdog:
                 continue  # held by someone else, not for one of our decisions
             if self._release(job, held_for, (advice or {}).get(job_id), now):
                 released.append(job_id)
+        # Reports come after the releases: a console that is down must never delay one.
         self._deliver_reports()
         self.state.save(self.state_path)
         return released
@@ -102,6 +106,7 @@ class Watchdog:
         try:
             self.scheduler.release(job.job_id)
         except SlurmCommandError as exc:
+            # Still held and still timed: the next cycle tries again.
             log.warning("watchdog could not release %s: %s", job.job_id, exc)
             return False
         log.warning(
@@ -116,6 +121,7 @@ class Watchdog:
                 "restart_count": job.restart_count,
                 "held_for_s": round(held_for, 1),
                 "at": now.isoformat(),
+                # Kept as it was now: by delivery time the advice may no longer be active.
                 "advice": None if advice is None else _advice_json(advice),
             }
         )
@@ -129,6 +135,7 @@ class Watchdog:
             try:
                 self._report(report)
             except AdvisorUnavailable:
+                # Kept in the state file and retried next cycle, across restarts too.
                 remaining.append(report)
         self.state.unreported = remaining
 
@@ -139,6 +146,7 @@ class Watchdog:
                 "watchdog release of job %s matches no advice; logged here only", report["job_id"]
             )
             return
+        # One key per held attempt: a report retried after a lost answer is recorded once.
         key = f"watchdog-release-{report['job_id']}-r{report['restart_count']}"
         detail = {"by": "watchdog", "held_for_s": report["held_for_s"], "job_id": report["job_id"]}
         self.advisor.milestone(advice, "release", datetime.fromisoformat(report["at"]), detail, key)  # type: ignore[union-attr]
@@ -170,4 +178,5 @@ def _advice_for(report: dict[str, Any], advisor: Advisor | None) -> AdviceItem |
         return AdviceItem.from_json(report["advice"])
     if advisor is None:
         return None
+    # Released while the console was unreachable: find its advice now, if still active.
     return next((a for a in advisor.active_advice() if a.job_id == report["job_id"]), None)

@@ -45,6 +45,7 @@ class Command(BaseCommand):
 
     def _open(self, path: str) -> BinaryIO:
         if path == "-":
+            # closefd=False: closing our handle must not close the process's standard input.
             return open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115
         try:
             return Path(path).open("rb")
@@ -52,6 +53,7 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
 
     def _library(self, cluster_name: str | None) -> SignatureLibrary | None:
+        # No cluster: the built-in signatures only, and no database needed.
         if not cluster_name:
             return None
         from detection.services import custom_signatures_of  # noqa: PLC0415 - needs the DB
@@ -78,8 +80,10 @@ class Command(BaseCommand):
                     raise TypeError("text is not a string")
             except (ValueError, KeyError, TypeError) as exc:
                 self.stderr.write(f"record {number}: skipped, not a {{id, text}} object ({exc})")
+                # A bad record still gets its output line, so none goes silently missing.
                 self.stdout.write(json.dumps({"id": None, "record": number, "error": str(exc)}))
                 continue
+            # Encoded back, so both modes go through the same byte-level decoding.
             diagnosis, _ = diagnose_bytes(text.encode("utf-8", "replace"), context, library=library)
             self.stdout.write(json.dumps({"id": record.get("id"), **diagnosis.to_dict()}))
 
@@ -102,6 +106,7 @@ def _read_tail(stream: BinaryIO) -> tuple[bytes, int]:
     while chunk := stream.read(8 * 1024 * 1024):
         chunks.append(chunk)
         kept += len(chunk)
+        # Whole chunks drop off the front, so memory stays near the cap however long the input.
         while kept - len(chunks[0]) >= MAX_INPUT_BYTES:
             skipped += len(chunks[0])
             kept -= len(chunks.pop(0))

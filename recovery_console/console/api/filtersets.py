@@ -40,6 +40,7 @@ def _cluster(field: str = "cluster") -> filters.ModelChoiceFilter:
     return filters.ModelChoiceFilter(
         field_name=field,
         queryset=Cluster.objects.all(),
+        # By name, as payloads name clusters; an unknown name is a 400, not an empty list.
         to_field_name="name",
         label="Cluster name",
     )
@@ -82,6 +83,7 @@ class WorkloadFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filt
 class AttemptFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filter is untyped
     cluster = _cluster()
     state = filters.MultipleChoiceFilter(choices=JOB_STATE_CHOICES)
+    # The row came to be when the console first saw the attempt, whatever its submit time.
     created__after = _after("first_seen_at")
     created__before = _before("first_seen_at")
     ended__after = _after("ended_at")
@@ -94,6 +96,7 @@ class AttemptFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filte
 
 class AnomalyFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filter is untyped
     cluster = _cluster()
+    # Repeatable (``?kind=crash&kind=hang``); family and state take one value.
     kind = filters.MultipleChoiceFilter(choices=choices(Kind))
     category = filters.MultipleChoiceFilter(choices=choices(Category))
     attribution = filters.MultipleChoiceFilter(choices=choices(Attribution))
@@ -125,7 +128,9 @@ class AdviceFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filter
 
 
 class ReviewFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filter is untyped
+    # A review has no cluster of its own: it is its advice's.
     cluster = _cluster("advice__cluster")
+    # By username, as payloads show reviewers; an unknown one is just an empty list.
     reviewer = filters.CharFilter(field_name="reviewer__username", label="Reviewer username")
     preferred_action = filters.ChoiceFilter(choices=ACTION_CHOICES)
     created__after = _after("created_at")
@@ -165,6 +170,7 @@ class NodeFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filter i
     def filter_health(self, queryset: QuerySet[Node], name: str, value: str) -> QuerySet[Node]:
         # A node without a health row has never had a strike: it is healthy.
         record = NodeHealth.objects.filter(cluster=OuterRef("cluster"), name=OuterRef("name"))
+        # Healthy: no record at all, or a record back in the healthy state (a released node).
         if value == NodeHealthState.HEALTHY:
             return queryset.exclude(Exists(record.exclude(state=value)))
         return queryset.filter(Exists(record.filter(state=value)))
@@ -182,6 +188,7 @@ class AuditEntryFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-fi
     )
     created__after = _after("at")
     created__before = _before("at")
+    # For a client following the trail: everything after the last sequence it saw (gapless).
     sequence__gt = filters.NumberFilter(field_name="sequence", lookup_expr="gt")
 
     class Meta:

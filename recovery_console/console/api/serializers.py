@@ -16,6 +16,7 @@ from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Wo
 from remediation.models import Advice, NodeHealth
 
 
+# Clusters are named in URLs and filters, so payloads name them too rather than give a pk.
 def _cluster_name() -> serializers.SlugRelatedField:  # type: ignore[type-arg]
     return serializers.SlugRelatedField(slug_field="name", read_only=True)
 
@@ -38,6 +39,7 @@ class ClusterSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "created_at",
             "updated_at",
         )
+        # Settings change through ``partial_update`` and the mode through the workflow, never here.
         read_only_fields = fields
 
 
@@ -89,6 +91,7 @@ class AttemptSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 class AnomalySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     cluster = _cluster_name()
+    # A model property, not a column: evidence to detection, the figure the p95 target is about.
     detection_latency_seconds = serializers.FloatField(read_only=True)
 
     class Meta:
@@ -145,6 +148,7 @@ class AdviceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "state",
             "decided_at",
             "updated_at",
+            # The controller's side: who claimed the advice and what it reported back.
             "claimed_by",
             "claimed_at",
             "executed_at",
@@ -166,6 +170,7 @@ class ReviewSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "agrees",
             "preferred_action",
             "comment",
+            # The advice's generation labelled: a label on an older one no longer counts.
             "generation",
             "created_at",
             "updated_at",
@@ -176,12 +181,14 @@ class LabelSerializer(serializers.Serializer):  # type: ignore[type-arg]
     """A reviewer's label. Agreeing implies the advised action; disagreeing names another."""
 
     agrees = serializers.BooleanField()
+    # Left empty when agreeing: the service fills in the advised action.
     preferred_action = serializers.ChoiceField(
         choices=ACTION_CHOICES, required=False, allow_blank=True, default=""
     )
     comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        # A 400 on the field before any lock is taken; the service checks it again.
         if not attrs["agrees"] and not attrs["preferred_action"]:
             raise serializers.ValidationError(
                 {"preferred_action": "name the action you would have taken"}
@@ -219,6 +226,7 @@ class ReasonSerializer(serializers.Serializer):  # type: ignore[type-arg]
     reason = serializers.CharField(max_length=5000)
 
 
+# Going back to monitor mode must never be held up for want of a reason.
 class OptionalReasonSerializer(serializers.Serializer):  # type: ignore[type-arg]
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=5000)
 
@@ -241,6 +249,7 @@ class AgreementSerializer(serializers.Serializer):  # type: ignore[type-arg]
     by_day = DayAgreementSerializer(many=True)
 
 
+# No cluster or name: it is nested in the node, which has both.
 class NodeHealthSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     class Meta:
         model = NodeHealth
@@ -261,6 +270,7 @@ class NodeListSerializer(serializers.ListSerializer):  # type: ignore[type-arg]
 
     def to_representation(self, data: Any) -> list[Any]:
         nodes = list(data.all() if hasattr(data, "all") else data)
+        # Shared with each child's ``get_health`` through the context: no query per node.
         cast(dict[str, Any], self._context)["health"] = _health_of(nodes)
         return super().to_representation(nodes)
 
@@ -270,6 +280,7 @@ def _health_of(nodes: Iterable[Node]) -> dict[tuple[int, str], NodeHealth]:
     rows = NodeHealth.objects.filter(
         cluster_id__in={n.cluster_id for n in nodes}, name__in={n.name for n in nodes}
     )
+    # The two IN lists may pair a name with the wrong cluster: the exact key sorts that out.
     return {(h.cluster_id, h.name): h for h in rows}
 
 
@@ -299,6 +310,7 @@ class NodeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     def get_health(self, node: Node) -> dict[str, Any] | None:
         known = self.context.get("health")
         if known is None:
+            # A single node (retrieve, or the release verb) has no list serializer to preload it.
             known = _health_of([node])
         health = known.get((node.cluster_id, node.name))
         return NodeHealthSerializer(health).data if health is not None else None
@@ -321,11 +333,13 @@ class AuditEntrySerializer(serializers.ModelSerializer):  # type: ignore[type-ar
             "object_type",
             "object_id",
             "payload",
+            # With the hashes a client can verify the chain itself, not just ask ``chain``.
             "previous_hash",
             "entry_hash",
         )
 
 
+# One list for both formats: a field added to the JSON shows up in the CSV too.
 AUDIT_CSV_COLUMNS = AuditEntrySerializer.Meta.fields
 
 
@@ -344,12 +358,14 @@ class TokenSerializer(serializers.Serializer):  # type: ignore[type-arg]
     created = serializers.DateTimeField()
 
 
+# Never the key: it is shown once, when issued.
 class TokenStatusSerializer(serializers.Serializer):  # type: ignore[type-arg]
     exists = serializers.BooleanField()
     created = serializers.DateTimeField(allow_null=True)
 
 
 class NotificationChannelSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    # Writable, unlike everywhere else: admins create channels by cluster name.
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
 
     class Meta:

@@ -48,6 +48,7 @@ REFUSED = {
 
 
 def refusal(exc: reviews.ApprovalRefused) -> Response:
+    # RoleMissing is an ApprovalRefused too: tell it apart first, it is a 403 and not a 409.
     code = status.HTTP_403_FORBIDDEN if isinstance(exc, reviews.RoleMissing) else 409
     return Response({"detail": exc.reason}, status=code)
 
@@ -59,6 +60,7 @@ class RoleViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     pagination_class = Cursor
 
     def get_permissions(self) -> list[BasePermission]:
+        # Actions not named, and requests routed to no action at all, need only the viewer role.
         return [HasRole(self.verb_roles.get(self.action or "", VIEWER))()]
 
 
@@ -72,6 +74,7 @@ class ClusterViewSet(ReadOnlyViewSet):
     queryset = Cluster.objects.all()
     serializer_class = s.ClusterSerializer
     filterset_class = f.ClusterFilterSet
+    # Addressed by name, as in the console's own URLs.
     lookup_field = "name"
     verb_roles: ClassVar = {
         "partial_update": OPERATOR,
@@ -92,6 +95,7 @@ class ClusterViewSet(ReadOnlyViewSet):
             cluster = services.update_cluster_settings(
                 reviews.actor_of(request.user), self.get_object(), **payload.validated_data
             )
+        # Django's ValidationError is not DRF's: give it the same 400 shape by hand.
         except ModelValidationError as exc:
             return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
         return Response(s.ClusterSerializer(cluster).data)
@@ -134,6 +138,7 @@ class ClusterViewSet(ReadOnlyViewSet):
         """Back to monitor mode, at once (operator)."""
         payload = s.OptionalReasonSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
+        # Nothing to catch: going back is never refused to an operator (see ``verb_roles``).
         cluster = approval.back_to_monitor(
             request.user, self.get_object(), payload.validated_data["reason"]
         )
@@ -183,6 +188,7 @@ class AdviceViewSet(ReadOnlyViewSet):
             review = reviews.label_advice(request.user, self.get_object(), **payload.validated_data)
         except reviews.ApprovalRefused as exc:
             return refusal(exc)
+        # The service's contradictions (agreeing yet preferring another action) are input errors.
         except ValueError as exc:
             return Response({"preferred_action": [str(exc)]}, status=400)
         return Response(s.ReviewSerializer(review).data)
@@ -251,6 +257,7 @@ class NodeViewSet(ReadOnlyViewSet):
         payload = s.ReasonSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         node = self.get_object()
+        # A node that never had a strike has nothing to release: 404, as the web page answers.
         get_object_or_404(NodeHealth, cluster=node.cluster, name=node.name)
         remediation.release_node(
             reviews.actor_of(request.user),
@@ -258,6 +265,7 @@ class NodeViewSet(ReadOnlyViewSet):
             node.name,
             payload.validated_data["reason"],
         )
+        # Serialized after the release, so the health shown is the new one.
         return Response(s.NodeSerializer(node).data)
 
 
@@ -279,6 +287,7 @@ class AuditEntryViewSet(ReadOnlyViewSet):
     queryset = AuditEntry.objects.select_related("cluster")
     serializer_class = s.AuditEntrySerializer
     filterset_class = f.AuditEntryFilterSet
+    # Paged by the gapless sequence, the trail's own order, rather than by id.
     pagination_class = AuditCursor
     renderer_classes = (JSONRenderer, BrowsableAPIRenderer, CSVRenderer)
 
@@ -294,10 +303,12 @@ class AuditEntryViewSet(ReadOnlyViewSet):
         return response
 
     def _rows_from_cursor(self, entries: QuerySet[AuditEntry]) -> Iterator[dict[str, Any]]:
+        # A cursor from the JSON pages is honoured: an export can go on where a page left off.
         cursor = AuditCursor().decode_cursor(self.request)
         if cursor is not None and cursor.position is not None:
             position = int(cursor.position)
             entries = entries.filter(
+                # A reversed cursor (a previous page) points at newer entries, a forward one older.
                 **{"sequence__gt" if cursor.reverse else "sequence__lt": position}
             )
         # Keyset batches: constant memory however long the trail.
@@ -317,6 +328,7 @@ class AuditEntryViewSet(ReadOnlyViewSet):
     def chain(self, request: Request) -> Response:
         """Verify the hash chain and name the first broken entry, if any."""
         report = audit.verify_chain()
+        # ``intact`` is a property, not a field, so it is added by hand.
         data = {**report.__dict__, "intact": report.intact}
         return Response(s.ChainStatusSerializer(data).data)
 
@@ -337,6 +349,7 @@ class NotificationChannelViewSet(
     }
 
     def perform_create(self, serializer: Any) -> None:
+        # The service saves and audits; setting ``instance`` lets the response show what it stored.
         serializer.instance = channels.add_channel(self.request.user, **serializer.validated_data)
 
     def perform_update(self, serializer: Any) -> None:
@@ -351,6 +364,7 @@ class NotificationChannelViewSet(
 class TokenView(APIView):
     """Your personal API token, for REST clients: ``Authorization: Token <key>``."""
 
+    # Any logged-in person, role or not: a token only ever carries its owner's roles.
     permission_classes = (IsAuthenticated,)
 
     @extend_schema(responses=s.TokenStatusSerializer)

@@ -36,6 +36,7 @@ def add_channel(
     """Add a webhook or email channel to a cluster (validated)."""
     _require_admin(user)
     channel = NotificationChannel(cluster=cluster, kind=kind, target=target, enabled=enabled)
+    # Left out, a channel hears every event (the model's default).
     if events is not None:
         channel.events = events
     channel.save()
@@ -47,6 +48,7 @@ def add_channel(
 def change_channel(user: Any, channel: NotificationChannel, **changes: Any) -> NotificationChannel:
     """Change a channel's kind, target, events or whether it is enabled."""
     _require_admin(user)
+    # Read again and locked: the caller's copy may predate another admin's change.
     channel = NotificationChannel.objects.select_for_update().get(pk=channel.pk)
     for field in ("cluster", "kind", "target", "events", "enabled"):
         if field in changes:
@@ -59,6 +61,7 @@ def change_channel(user: Any, channel: NotificationChannel, **changes: Any) -> N
 @transaction.atomic
 def remove_channel(user: Any, channel: NotificationChannel) -> None:
     _require_admin(user)
+    # Audited first: once deleted, the channel has no pk for the entry to name.
     _audit(user, "notification_channel.removed", channel)
     channel.delete()
 

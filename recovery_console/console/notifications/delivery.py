@@ -69,8 +69,10 @@ class DeliveryRefused(Exception):
 def events_of(verb: str, payload: dict[str, Any]) -> list[str]:
     """The notification events an audit entry is, in ``PRIORITY`` order."""
     found: list[str] = []
+    # Proposed (not enforced) and dispatched (enforced) are exclusive: a stop is told once.
     if verb in ("advice.proposed", "advice.dispatched") and payload.get("action") == "stop":
         found.append(NotificationEvent.STOP)
+    # A revision records each changed field as {from, to}: a stop only if it became one.
     revised = payload.get("action")
     if verb == "advice.revised" and isinstance(revised, dict) and revised.get("to") == "stop":
         found.append(NotificationEvent.STOP)
@@ -94,10 +96,12 @@ def event_for(channel: NotificationChannel, entry: AuditEntry) -> str | None:
 
 def on_audit_entry(entry: AuditEntry, created: bool) -> None:
     """Called for every new audit entry; enqueues ``notify`` after the commit when it matters."""
+    # Channels belong to clusters: an entry of no cluster has nobody to tell.
     if not created or entry.cluster_id is None or entry.verb not in VERBS:
         return
     if not events_of(entry.verb, entry.payload):
         return
+    # Only the id goes along: the task reads the committed row itself.
     entry_id = entry.pk
     # robust: a broker hiccup must not turn into an error of the change that committed.
     transaction.on_commit(lambda: _enqueue(entry_id), robust=True)
@@ -110,6 +114,7 @@ def _enqueue(entry_id: int) -> Future[Any] | None:
     from recovery_console.celery import app
     from recovery_console.console.tasks import notify
 
+    # Eager tasks would run in the request that committed: hand them to a thread instead.
     if settings.NOTIFY_IN_BACKGROUND_THREAD and app.conf.task_always_eager:
         return _background.submit(_notify_in_background, entry_id)
     notify.delay(entry_id)
@@ -122,6 +127,7 @@ def _notify_in_background(entry_id: int) -> None:
     try:
         notify.apply(args=(entry_id,), throw=False)
     finally:
+        # No request cycle closes this thread's database connection: do it here.
         close_old_connections()
 
 

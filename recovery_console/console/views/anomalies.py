@@ -34,6 +34,7 @@ class EvidenceLine:
     root: bool
 
 
+# Built-in signatures are fixed while running; a cluster's custom ones are read each time.
 @lru_cache(maxsize=1)
 def _builtin_roles() -> dict[str, str]:
     return {s.name: s.role.value for s in BUILTIN_SIGNATURES}
@@ -44,6 +45,7 @@ def signature_roles(cluster_name: str) -> dict[str, str]:
         str(spec.get("name")): str(spec.get("role", "initiating"))
         for spec in custom_signatures_of(cluster_name)
     }
+    # Custom last: a custom signature named like a built-in one gives its role.
     return {**_builtin_roles(), **custom}
 
 
@@ -52,6 +54,7 @@ def evidence_lines(anomaly: Anomaly) -> list[EvidenceLine]:
     roles = signature_roles(anomaly.cluster.name)
     root_signature = anomaly.root_cause.split(":", 1)[0]
     rows = [_evidence_line(item, roles) for item in anomaly.evidence]
+    # Undated lines go last; lines of the same time keep their order in the log.
     rows.sort(key=lambda r: (r.at is None, r.at or datetime.min.replace(tzinfo=UTC), r.line or 0))
     # The earliest line of the root cause's signature is the one it was named from.
     first = next((r for r in rows if r.signature and r.signature == root_signature), None)
@@ -78,6 +81,7 @@ def anomaly_detail(request: HttpRequest, pk: int) -> HttpResponse:
     anomaly = get_object_or_404(
         Anomaly.objects.select_related("cluster", "workload", "attempt"), pk=pk
     )
+    # At most one (one-to-one), and none while the anomaly has not been advised on yet.
     advice = Advice.objects.filter(anomaly=anomaly).first()
     context = {
         "anomaly": anomaly,

@@ -27,7 +27,9 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
     entries = _filtered(form)
     cursor = _int(request.GET.get("cursor"))
     if cursor:
+        # Keyset paging on the gapless sequence: new entries do not shift the pages.
         entries = entries.filter(sequence__lt=cursor)
+    # One row more than shown: if it comes back, there is a next page.
     rows = list(entries[: PER_PAGE + 1])
     for entry in rows:
         entry.payload_text = json.dumps(entry.payload, ensure_ascii=False)  # type: ignore[attr-defined]
@@ -70,6 +72,7 @@ def _filtered(form: AuditFilterForm) -> QuerySet[AuditEntry]:
 def _filters_query(request: HttpRequest) -> str:
     query = request.GET.copy()
     query.pop("cursor", None)
+    # Empty filters left out, so the export links carry only the filters in use.
     for name in [k for k, v in query.items() if v == ""]:
         query.pop(name)
     return query.urlencode()

@@ -29,11 +29,13 @@ from .common import cluster_or_404, page, viewer_required
 @viewer_required
 def cluster_settings(request: HttpRequest, name: str) -> HttpResponse:
     cluster = cluster_or_404(name)
+    # Created with the defaults on first use, so every cluster has settings to show.
     detection = detection_settings_of(cluster)
     editable = has_role(request.user, OPERATOR)
     initial = ClusterSettingsForm.initial_from(cluster, detection)
     if request.method == "POST":
         if not editable:
+            # Disabled fields are no protection against a hand-made POST: refuse it here.
             raise PermissionDenied("changing cluster settings needs the operator role")
         form = ClusterSettingsForm(request.POST, initial=initial)
         if form.is_valid() and _save(request, form, cluster, detection):
@@ -41,6 +43,7 @@ def cluster_settings(request: HttpRequest, name: str) -> HttpResponse:
     else:
         form = ClusterSettingsForm(initial=initial)
     if not editable:
+        # Viewers get the same form, disabled, so they can read every setting.
         for field in form.fields.values():
             field.disabled = True
     context = {
@@ -63,6 +66,7 @@ def _save(
     """Apply both halves in one transaction, so a refused signature leaves the policy as it was."""
     cluster_changes, detection_changes = form.changes(cluster, detection)
     if not cluster_changes and not detection_changes:
+        # Nothing to save counts as saved: back to the page, and no audit entry.
         messages.info(request, "Nothing changed.")
         return True
     actor = actor_of(request.user)

@@ -27,6 +27,7 @@ def overview(request: HttpRequest) -> HttpResponse:
 
 @viewer_required
 def cluster_card(request: HttpRequest, name: str) -> HttpResponse:
+    # One card alone, for the overview's live updates.
     summary = stats.summary(cluster_or_404(name))
     return page(request, "console/_cluster_card.html", {"s": summary})
 
@@ -45,6 +46,7 @@ def cluster_workloads(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _cluster_context(cluster: Cluster) -> dict[str, object]:
+    # Needing attention: interrupted, or waiting for the scheduler to start them.
     attention = (
         cluster.workloads.filter(state__in=[WorkloadState.INTERRUPTED, WorkloadState.PENDING])
         .annotate(attempt_count=Count("attempts"))
@@ -56,6 +58,7 @@ def _cluster_context(cluster: Cluster) -> dict[str, object]:
         .select_related("workload")
         .order_by("-ended_at")[:RECENT]
     )
+    # Counts per state only: the nodes themselves are on the nodes page.
     nodes = Node.objects.filter(cluster=cluster).values("state").annotate(count=Count("id"))
     anomalies = Anomaly.objects.filter(cluster=cluster).select_related("attempt", "workload")
     return {

@@ -20,6 +20,7 @@ from recovery_console.console.roles import (
 )
 from recovery_console.fleet.models import Cluster
 
+# Built once, at import: a role name that does not exist fails then, not on a request.
 viewer_required = role_required(VIEWER)
 operator_required = role_required(OPERATOR)
 reviewer_required = role_required(REVIEWER)
@@ -42,6 +43,7 @@ def page(
     request: HttpRequest, template: str, context: dict[str, Any], status: int = 200
 ) -> HttpResponse:
     """Render a page or partial; templates show or hide controls by ``roles``."""
+    # Templates only hide what a role may not do; the views and services still refuse it.
     return render(request, template, {"roles": roles_of(request.user), **context}, status=status)
 
 
@@ -66,4 +68,5 @@ def percentiles(values: Iterable[float], points: Sequence[float] = (50, 95)) -> 
     ordered = sorted(values)
     if not ordered:
         return [None for _ in points]
+    # Nearest rank: always a measured value, never one interpolated between two.
     return [ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)] for p in points]

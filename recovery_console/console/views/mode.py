@@ -31,6 +31,7 @@ def mode_page(request: HttpRequest, name: str) -> HttpResponse:
     cluster = cluster_or_404(name)
     context = {
         **_mode_context(request, cluster),
+        # Only the full page draws the chart; the partial live updates re-fetch leaves it out.
         "figure": agreement_figure([cluster]),
         "section": "overview",
     }
@@ -55,7 +56,9 @@ def _mode_context(request: HttpRequest, cluster: Cluster) -> dict[str, object]:
         "rate_text": percent(measured.rate),
         "min_text": percent(measured.min_agreement),
         "pending": pending,
+        # The rate when asked beside the rate now: the approver sees whether it moved.
         "pending_rate_text": percent(pending.agreement_rate) if pending else "",
+        # The requester may withdraw without the approver role, and is told someone else approves.
         "own_request": pending is not None and pending.requested_by_id == request.user.pk,
         "history": [(r, percent(r.agreement_rate)) for r in history],
         "request_form": RequestModeForm(),
@@ -68,6 +71,7 @@ def _mode_context(request: HttpRequest, cluster: Cluster) -> dict[str, object]:
 def request_action(request: HttpRequest, name: str) -> HttpResponse:
     cluster = cluster_or_404(name)
     form = RequestModeForm(request.POST)
+    # The note is optional: one that does not fit is dropped rather than refusing the request.
     note = form.cleaned_data["note"] if form.is_valid() else ""
     try:
         made = approval.request_action_mode(request.user, cluster, note)
@@ -83,6 +87,7 @@ def request_action(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _request_of(cluster: Cluster, pk: int) -> ModeChangeRequest:
+    # Matched on the cluster too: a request's id under another cluster's URL is a 404.
     return get_object_or_404(
         ModeChangeRequest.objects.select_related("cluster", "requested_by"), pk=pk, cluster=cluster
     )

@@ -29,6 +29,7 @@ class NodeRow:
     """One node: what the scheduler last said and what our health record holds."""
 
     name: str
+    # None when only our record knows the node: the scheduler no longer reports it.
     node: Node | None
     health: NodeHealth | None
     excluded_by: int  # running attempts that exclude it
@@ -68,6 +69,7 @@ def node_table(request: HttpRequest, name: str) -> HttpResponse:
 def _nodes_context(request: HttpRequest, cluster: Cluster) -> dict[str, object]:
     wanted = request.GET.get("health", "")
     rows = _rows(cluster)
+    # Counted before filtering, so every filter shows its total.
     counts = Counter(r.health_state for r in rows)
     if wanted in HEALTH_FILTERS:
         rows = [r for r in rows if r.health_state == wanted]
@@ -85,6 +87,7 @@ def _nodes_context(request: HttpRequest, cluster: Cluster) -> dict[str, object]:
 def _rows(cluster: Cluster) -> list[NodeRow]:
     nodes = {n.name: n for n in Node.objects.filter(cluster=cluster)}
     health = {h.name: h for h in NodeHealth.objects.filter(cluster=cluster)}
+    # Only attempts still running: an ended one excludes nothing any more.
     excluded = Counter(
         name
         for names in Attempt.objects.filter(cluster=cluster, ended_at__isnull=True).values_list(

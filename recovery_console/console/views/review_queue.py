@@ -26,6 +26,7 @@ AGREEMENT_DAYS = 28
 def review_queue(request: HttpRequest) -> HttpResponse:
     context = {**_queue_context(request), "section": "reviews"}
     chosen = request.GET.get("cluster")
+    # Only the full page draws the chart: it costs two measurements per cluster.
     context["figure"] = agreement_figure(
         [c for c in Cluster.objects.all() if not chosen or c.name == chosen]
     )
@@ -41,10 +42,12 @@ def _queue_context(request: HttpRequest) -> dict[str, object]:
     clusters = list(Cluster.objects.all())
     chosen = request.GET.get("cluster", "")
     shown = [c for c in clusters if not chosen or c.name == chosen]
+    # This reviewer's queue: advice someone else labelled still waits for their label.
     waiting = {
         c.pk: reviews.awaiting_review(c, reviewer=request.user).select_related("cluster")
         for c in shown
     }
+    # Each cluster's newest QUEUE_LENGTH suffice: no older one can make the merged, cut list.
     items = sorted(
         (advice for queue in waiting.values() for advice in queue[:QUEUE_LENGTH]),
         key=lambda a: (a.decided_at, a.pk),
@@ -101,6 +104,7 @@ def label(request: HttpRequest, pk: int) -> HttpResponse:
                 preferred_action=form.cleaned_data["preferred_action"],
                 comment=form.cleaned_data["comment"],
             )
+        # Shown to the person (or to the keyboard script as JSON), never a server error.
         except (ValueError, reviews.ApprovalRefused) as exc:
             error = str(exc)
     else:
@@ -116,4 +120,5 @@ def _labelled(request: HttpRequest, advice: Advice, error: str) -> HttpResponse:
         messages.error(request, f"Advice {advice.pk} was not labelled: {error}")
     else:
         messages.success(request, f"Labelled advice {advice.pk}.")
+    # Post/redirect/get: reloading the queue does not label again.
     return redirect("review-queue")

@@ -37,6 +37,7 @@ def test_signals(request: HttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"form": form, "section": "signals"}
     if request.method == "POST" and form.is_valid():
         context.update(_diagnose(form))
+    # 400 on any error, including a cluster's invalid signatures found while diagnosing.
     return page(request, "console/signals.html", context, status=400 if form.errors else 200)
 
 
@@ -77,6 +78,7 @@ def _input(form: TestSignalsForm) -> tuple[bytes, int]:
     if upload is None:
         return form.cleaned_data["text"].encode("utf-8", "replace"), 0
     skipped = max(0, upload.size - MAX_INPUT_BYTES)
+    # Seek past the head rather than read it: only the tail is diagnosed.
     upload.seek(skipped)
     return upload.read(), skipped
 

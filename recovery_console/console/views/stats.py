@@ -85,6 +85,7 @@ def action_latency(cluster: Cluster) -> Latency:
 
 
 def summaries(clusters: Sequence[Cluster]) -> list[ClusterSummary]:
+    # Three grouped queries for every cluster at once; the rest are a fixed few per cluster.
     ids = [c.pk for c in clusters]
     workloads = _counts(
         Workload.objects.filter(cluster_id__in=ids),
@@ -120,6 +121,7 @@ def _summary(
         interrupted=counts.get("interrupted", 0),
         workloads=counts.get("total", 0),
         open_anomalies=anomalies.get(cluster.pk, {}).get("open", 0),
+        # Labelled by nobody on the current generation: not one reviewer's own queue.
         awaiting_review=reviews.awaiting_review(cluster).count(),
         detection=detection_latency(cluster),
         action=action_latency(cluster),
@@ -132,4 +134,5 @@ def _summary(
 
 def _counts(queryset: object, **aggregates: object) -> dict[int, dict[str, int]]:
     rows = queryset.values("cluster_id").annotate(**aggregates).order_by()  # type: ignore[attr-defined]
+    # A cluster without rows is missing here; ``_summary`` reads it as zeros.
     return {row.pop("cluster_id"): row for row in rows}

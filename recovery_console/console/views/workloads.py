@@ -26,6 +26,7 @@ PER_PAGE = 50
 # in a few milliseconds.
 TIMELINE_ATTEMPTS = 60
 TABLE_ATTEMPTS = 100
+# Every way an attempt ends but success, a requeue included: each interrupts the run.
 FAILED_STATES = frozenset(ENDED_ATTEMPT_STATES - {"COMPLETED"})
 
 
@@ -34,6 +35,7 @@ def workload_list(request: HttpRequest) -> HttpResponse:
     form = WorkloadFilterForm(request.GET or None)
     workloads = _filtered(form)
     listing = Paginator(workloads, PER_PAGE).get_page(request.GET.get("page"))
+    # Iterating the page caches its objects, so the counts set here reach the template.
     _annotate_counts(list(listing))
     clusters = list(Cluster.objects.all())
     context = {
@@ -52,6 +54,7 @@ def _partial(request: HttpRequest) -> bool:
 
 
 def _filtered(form: WorkloadFilterForm) -> QuerySet[Workload]:
+    # The pk breaks ties, so paging never shows a workload twice nor skips one.
     workloads = Workload.objects.select_related("cluster").order_by("-updated_at", "-pk")
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
@@ -117,6 +120,7 @@ def _workload(pk: int) -> Workload:
 def _workload_context(workload: Workload) -> dict[str, object]:
     attempts = list(workload.attempts.order_by("-first_seen_at", "-attempt_index")[:TABLE_ATTEMPTS])
     latest = attempts[0] if attempts else None
+    # Only the latest attempt's output: the one running, or the last to end.
     output = job_output_tail(workload.cluster, latest.job_id) if latest else []
     anomalies = (
         Anomaly.objects.filter(workload=workload)
@@ -158,6 +162,7 @@ def _spans(workload: Workload, attempts: list[Attempt]) -> list[charts.AttemptSp
             "name", "gpus"
         )
     )
+    # An attempt with no time at all cannot be placed on the time axis.
     return [_span(a, monitors.get(a.pk, {}), gpus) for a in attempts if _start(a)]
 
 
@@ -179,6 +184,7 @@ def _span(attempt: Attempt, monitor: dict[str, Any], gpus: dict[str, int]) -> ch
         nodes=tuple(attempt.nodes),
         start=start,
         end=attempt.ended_at,
+        # A node the scheduler never described, or with no GPU count, counts as a default one.
         gpus=sum(gpus.get(n) or DEFAULT_GPUS_PER_NODE for n in attempt.nodes),
         time_to_resume_s=attempt.time_to_resume_s,
         last_step=monitor.get("last_step"),
@@ -196,6 +202,7 @@ def _markers(workload: Workload, labels: dict[int, str]) -> list[charts.Marker]:
         label = labels[anomaly.attempt_id]
         text = f"{anomaly.kind}: {anomaly.category}<br>{anomaly.summary[:160]}"
         markers.append(charts.Marker("anomaly", anomaly.detected_at, label, text))
+        # The reverse one-to-one raises when there is no advice; getattr's default catches it.
         advice = getattr(anomaly, "advice", None)
         if advice is not None:
             text = f"advice: {advice.get_action_display()} ({advice.state})"

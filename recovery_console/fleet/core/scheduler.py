@@ -36,6 +36,7 @@ TERMINAL_JOB_STATES = frozenset(
         JobState.CANCELLED,
         JobState.TIMEOUT,
         JobState.OUT_OF_MEMORY,
+        # Even when Slurm requeues a preempted job: the requeue is a new attempt.
         JobState.PREEMPTED,
     }
 )
@@ -49,6 +50,7 @@ class NodeState(StrEnum):
     MIXED = "MIXED"
     COMPLETING = "COMPLETING"
     DOWN = "DOWN"
+    # Kept apart from DRAINED: a draining node still runs the jobs it has.
     DRAINING = "DRAINING"
     DRAINED = "DRAINED"
     UNKNOWN = "UNKNOWN"
@@ -74,6 +76,7 @@ class JobRecord:
     reason: str = ""
     comment: str = ""
     excluded_nodes: tuple[str, ...] = ()
+    # PENDING but not schedulable until released (scontrol hold or requeuehold).
     held: bool = False
     submit_time: datetime | None = None
     start_time: datetime | None = None
@@ -122,6 +125,7 @@ def snapshot_from_json(data: dict[str, Any]) -> ClusterSnapshot:
             nodes=tuple(_node_from_json(node) for node in data.get("nodes", ())),
         )
     except (KeyError, TypeError, AttributeError) as exc:
+        # Every bad shape becomes ValueError, so callers have one exception to catch.
         raise ValueError(f"malformed snapshot: {exc!r}") from exc
 
 
@@ -140,6 +144,7 @@ def _job_from_json(data: dict[str, Any]) -> JobRecord:
     times = {k: _parse_time(data.get(k)) for k in ("submit_time", "start_time", "end_time")}
     return JobRecord(
         job_id=str(data["job_id"]),
+        # Optional fields may be missing (an older writer); a missing required one is a KeyError.
         name=str(data.get("name", "")),
         state=JobState(data["state"]),
         partition=str(data.get("partition", "")),
@@ -170,6 +175,7 @@ def _parse_time(value: object) -> Any:
         return None
     parsed = datetime.fromisoformat(str(value))
     if parsed.tzinfo is None:
+        # Naive times are refused: guessing a zone would shift attempts by hours.
         raise ValueError(f"time {value!r} has no timezone")
     return parsed
 

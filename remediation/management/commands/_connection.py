@@ -29,6 +29,7 @@ def connect(options: dict[str, Any], token_name: str) -> tuple[Cluster, Advisor,
         cluster = Cluster.objects.get(name=options["cluster"])
     except Cluster.DoesNotExist as exc:
         raise CommandError(f"no cluster named {options['cluster']!r}") from exc
+    # The simulated cluster has no Slurm to reach; run_demo drives its controller in-process.
     if cluster.backend != "slurm":
         raise CommandError(
             f"cluster {cluster.name} is {cluster.backend}: its controller runs inside run_demo"
@@ -36,5 +37,6 @@ def connect(options: dict[str, Any], token_name: str) -> tuple[Cluster, Advisor,
     advisor = http_advisor_from(options, cluster.name)
     if options.get("url") and not options.get("token_file"):
         raise CommandError("--url needs --token-file")
+    # Without --url, the same services are called on this process's database, with no HTTP.
     local = LocalAdvisor(controller_token_for(cluster, token_name))
     return cluster, advisor or local, slurm_from(options)

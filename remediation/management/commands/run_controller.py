@@ -35,9 +35,11 @@ class Command(BaseCommand):
             options["partition"],
             transport_name="ssh" if options["ssh"] else "local",
         )
+        # Only a flag: a Slurm step cut in half would be worse than exiting a little later.
         signal.signal(signal.SIGTERM, lambda *_: setattr(controller, "stopping", True))
         self.stdout.write(f"controller of {cluster.name} on {slurm.transport.target}")
         while True:
+            # A loop outside any request: drop database connections that went stale while it slept.
             close_old_connections()
             report = controller.cycle()
             self.stdout.write(

@@ -26,6 +26,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         cluster, advisor, slurm = connect(options, "watchdog")
+        # The policy's hold timeout by default, so the watchdog and the console agree on it.
         timeout = (
             options["hold_timeout"] or parse_policy(cluster.policy).limits.hold_timeout_seconds
         )
@@ -35,6 +36,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
         self.stdout.write(f"watchdog of {cluster.name}: releasing holds older than {timeout:g} s")
         while True:
+            # A loop outside any request: drop database connections that went stale while it slept.
             close_old_connections()
             released = watchdog.cycle()
             if released:

@@ -41,6 +41,7 @@ CHROMIUM_FLAGS = (
 )
 # Long pages are cut here: the README shows the top of each page.
 MAX_HEIGHT = 1800
+# An Xid 48 with the NCCL errors it causes, so the diagnosis has a root cause to find.
 SAMPLE_LOG = """\
 [rank3]:[E1129 12:50:32.947870074 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) \
 Rank 3] Process group watchdog thread terminated with exception: CUDA error: uncorrectable \
@@ -68,6 +69,7 @@ def chromium_driver(width: int, height: int) -> Any:
     options.binary_location = CHROMIUM
     for flag in (*CHROMIUM_FLAGS, f"--window-size={width},{height}"):
         options.add_argument(flag)
+    # A fresh profile: no cookies or cache from an earlier run.
     options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='console-shots-')}")
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
@@ -96,6 +98,7 @@ class Command(BaseCommand):
             shots.login(options["username"], options["password"])
             shots.take_all(options["cluster"])
         finally:
+            # Always, or a headless Chromium outlives the command.
             driver.quit()
 
 
@@ -113,6 +116,7 @@ class Shots:
         self.driver.find_element(By.NAME, "password").send_keys(password)
         self.driver.find_element(By.CSS_SELECTOR, "main form button[type=submit]").click()
         try:
+            # A failed login shows the login page again: leaving it is the sign of success.
             self.wait_for("!location.pathname.startsWith('/accounts/login/')")
         except CommandError as exc:
             raise CommandError(f"could not log in to {self.base} as {username}") from exc
@@ -121,6 +125,7 @@ class Shots:
         self.shoot("overview", "/")
         self.shoot("cluster", f"/clusters/{cluster}/")
         self.shoot("workloads", f"/workloads/?cluster={cluster}")
+        # Links are followed, not guessed, so the shots show whatever the data holds.
         workload = self.first_link(f"/workloads/?cluster={cluster}", r"/workloads/\d+/$")
         if workload:
             self.shoot("workload", workload, wait_for_chart=True)
@@ -151,6 +156,7 @@ class Shots:
         self.driver.get(self.base + path)
         if wait_for_chart:
             self.wait_for("document.querySelector('.chart[data-rendered]') !== null")
+        # Fonts and transitions have no event to wait for.
         time.sleep(settle)
         self.save(name)
 
@@ -182,5 +188,6 @@ class Shots:
         time.sleep(0.5)
         path = self.out / f"{name}.png"
         self.driver.save_screenshot(str(path))
+        # Back to the usual size, so the next page lays out as a visitor sees it.
         self.driver.set_window_size(width, 900)
         self.say(f"wrote {path}")

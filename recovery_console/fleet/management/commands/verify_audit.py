@@ -13,6 +13,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         report = verify_chain()
         if not report.intact:
+            # A non-zero exit, so a scheduled check notices the broken chain.
             raise CommandError(
                 f"audit chain broken at entry #{report.broken_sequence} "
                 f"(row id {report.broken_entry_id}): {report.problem}; "
