@@ -19,11 +19,10 @@ from recovery_console.fleet import audit, events
 from recovery_console.fleet.core.taxonomy import Action
 from recovery_console.fleet.models import Attempt, Cluster, ClusterMode, Node
 from remediation.core.attribution import AnomalyView, attribute
+from remediation.core.incident import History, Incident
 from remediation.core.isolation import isolated_since, strikes_since
 from remediation.core.policy import (
     Decision,
-    History,
-    Incident,
     InvalidPolicy,
     Policy,
     decide,

@@ -22,9 +22,9 @@ class ConsoleConfig(AppConfig):
 
 def _notify(sender: type, instance: Any, **kwargs: Any) -> None:
     # Notifications hang off the audit trail, so the loop's services need not know of them.
-    from .notifications.delivery import on_audit_entry
+    from .tasks import enqueue_notifications
 
-    on_audit_entry(instance, bool(kwargs.get("created")))
+    enqueue_notifications(instance, bool(kwargs.get("created")))
 
 
 def _sync_roles(sender: AppConfig, **kwargs: Any) -> None:

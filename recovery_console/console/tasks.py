@@ -7,17 +7,20 @@ Each task has an explicit name: the beat schedule and queued messages refer to t
 so moving a module must not orphan them.
 """
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from celery import shared_task
-from django.db import OperationalError
+from django.conf import settings
+from django.db import OperationalError, close_old_connections, transaction
 from django.utils import timezone
 
 from detection import scan
 from detection import services as detection
+from recovery_console.console.models import NotificationChannel
 from recovery_console.fleet import services
 from recovery_console.fleet.core.scheduler import snapshot_from_json
-from recovery_console.fleet.models import Cluster
+from recovery_console.fleet.models import AuditEntry, Cluster
 from remediation import services as remediation
 
 from .notifications import delivery as notifications
@@ -62,7 +65,7 @@ def record_snapshot(cluster_id: int, snapshot: dict[str, Any], actor: str) -> st
 @shared_task(name="recovery_console.notify")
 def notify(entry_id: int) -> str:
     """Fan one audit entry out to its cluster's notification channels."""
-    return f"{notifications.fan_out(entry_id)} notifications enqueued"
+    return f"{fan_out(entry_id)} notifications enqueued"
 
 
 @shared_task(
@@ -78,3 +81,55 @@ def notify(entry_id: int) -> str:
 def deliver_notification(channel_id: int, entry_id: int, event: str) -> str:
     """Send one notification; a failure worth retrying is retried with backoff."""
     return notifications.deliver(channel_id, entry_id, event)
+
+
+# --- notifications: hung off the audit trail, never in the loop's way ---------------------
+
+
+def enqueue_notifications(entry: AuditEntry, created: bool) -> None:
+    """Called for every new audit entry; enqueues ``notify`` after the commit when it matters."""
+    # Channels belong to clusters: an entry of no cluster has nobody to tell.
+    if not created or entry.cluster_id is None or entry.verb not in notifications.VERBS:
+        return
+    if not notifications.events_of(entry.verb, entry.payload):
+        return
+    # Only the id goes along: the task reads the committed row itself.
+    entry_id = entry.pk
+    # robust: a broker hiccup must not turn into an error of the change that committed.
+    transaction.on_commit(lambda: _enqueue(entry_id), robust=True)
+
+
+_background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notify")
+
+
+def _enqueue(entry_id: int) -> Future[Any] | None:
+    # Eager tasks would run in the request that committed: hand them to a thread instead.
+    if settings.NOTIFY_IN_BACKGROUND_THREAD and notify.app.conf.task_always_eager:
+        return _background.submit(_notify_in_background, entry_id)
+    notify.delay(entry_id)
+    return None
+
+
+def _notify_in_background(entry_id: int) -> None:
+    try:
+        notify.apply(args=(entry_id,), throw=False)
+    finally:
+        # No request cycle closes this thread's database connection: do it here.
+        close_old_connections()
+
+
+def fan_out(entry_id: int) -> int:
+    """Enqueue one delivery per enabled channel of the entry's cluster that wants it."""
+    entry = AuditEntry.objects.select_related("cluster").get(pk=entry_id)
+    count = 0
+    for channel in NotificationChannel.objects.filter(cluster=entry.cluster, enabled=True):
+        event = notifications.event_for(channel, entry)
+        if event is None:
+            continue
+        if deliver_notification.app.conf.task_always_eager:
+            # Celery's eager mode cannot retry reliably (nor wait between tries): retry here.
+            notifications.deliver_with_retries(channel.pk, entry_id, event)
+        else:
+            deliver_notification.delay(channel.pk, entry_id, event)
+        count += 1
+    return count

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .policy import Incident
+from .incident import Incident
 
 CONFIDENCE_WORDS = {
     "established": "the log establishes it",

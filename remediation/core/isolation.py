@@ -1,7 +1,7 @@
 """Isolation: which nodes to keep out of a workload's next attempt, which to drain, and the
 circuit breaker that keeps a bad rule from emptying a cluster. Strikes are counted here too.
 
-Pure Python over plain data: the policy (``policy.decide``) asks ``isolate``; the services
+Pure Python over plain data: the policy (``rules.decide``) asks ``isolate``; the services
 count strikes from stored rows with ``strikes_since`` and ``isolated_since``.
 """
 
@@ -10,10 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the policy imports this module; only its types are needed here
-    from .policy import History, Incident, Policy
+from .incident import History, Incident
+
+
+@dataclass(frozen=True)
+class IsolationRules:
+    """The policy's settings isolation follows."""
+
+    drain_after_strikes: int
+    circuit_breaker_max_share: float
+    circuit_breaker_window_minutes: float
 
 
 @dataclass(frozen=True)
@@ -25,7 +32,7 @@ class Isolation:
     reasons: tuple[str, ...] = ()
 
 
-def isolate(policy: Policy, incident: Incident, history: History) -> Isolation:
+def isolate(rules: IsolationRules, incident: Incident, history: History) -> Isolation:
     """Exclude the nodes the evidence names (and those earlier advice excluded), drain a node
     on its ``drain_after_strikes``-th strike, all within the circuit breaker. A node that is
     only suspected (a hypothesis) is neither excluded nor struck."""
@@ -36,16 +43,16 @@ def isolate(policy: Policy, incident: Incident, history: History) -> Isolation:
         )
     wanted = sorted(set(incident.hosts) | set(history.excluded))
     repeat = sorted(
-        h for h in incident.hosts if history.strikes.get(h, 0) + 1 >= policy.drain_after_strikes
+        h for h in incident.hosts if history.strikes.get(h, 0) + 1 >= rules.drain_after_strikes
     )
-    allowed, refusal = circuit_breaker(policy, history, set(incident.hosts))
+    allowed, refusal = circuit_breaker(rules, history, set(incident.hosts))
     exclude = tuple(h for h in wanted if h in allowed or h in history.excluded)
     drain = tuple(h for h in repeat if h in allowed)
-    drains = [f"{host} reached {policy.drain_after_strikes} strikes: drain it" for host in drain]
+    drains = [f"{host} reached {rules.drain_after_strikes} strikes: drain it" for host in drain]
     return Isolation(exclude, drain, tuple([refusal] if refusal else []) + tuple(drains))
 
 
-def circuit_breaker(policy: Policy, history: History, new: set[str]) -> tuple[set[str], str]:
+def circuit_breaker(rules: IsolationRules, history: History, new: set[str]) -> tuple[set[str], str]:
     """The nodes that may be isolated, and the refusal's reason when some may not: no more
     than the configured share of the cluster within the window."""
     already = set(history.isolated)
@@ -53,12 +60,12 @@ def circuit_breaker(policy: Policy, history: History, new: set[str]) -> tuple[se
     if not fresh or history.cluster_nodes <= 0:
         return new, ""
     share = len(already | fresh) / history.cluster_nodes
-    if share <= policy.circuit_breaker_max_share:
+    if share <= rules.circuit_breaker_max_share:
         return new, ""
     refusal = (
         f"circuit breaker: isolating {', '.join(sorted(fresh))} would take out "
-        f"{share:.0%} of the cluster's nodes within {policy.circuit_breaker_window_minutes:g} "
-        f"minutes (limit {policy.circuit_breaker_max_share:.0%}); restarting without it"
+        f"{share:.0%} of the cluster's nodes within {rules.circuit_breaker_window_minutes:g} "
+        f"minutes (limit {rules.circuit_breaker_max_share:.0%}); restarting without it"
     )
     return new & already, refusal
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from recovery_console.fleet.core.taxonomy import Action
 
-from .isolation import isolate
+from .incident import History, Incident
+from .isolation import IsolationRules, isolate
 
 
 class InvalidPolicy(ValueError):
@@ -52,6 +53,14 @@ class Policy:
     approval_min_labelled: int = 50
     approval_window_days: int = 28
     partitions: Mapping[str, Limits] = field(default_factory=dict)
+
+    @property
+    def isolation_rules(self) -> IsolationRules:
+        return IsolationRules(
+            self.drain_after_strikes,
+            self.circuit_breaker_max_share,
+            self.circuit_breaker_window_minutes,
+        )
 
     def limits_for(self, partition: str) -> Limits:
         return self.partitions.get(partition, self.limits)
@@ -156,37 +165,6 @@ def _changed_limits(limits: Limits, defaults: Limits) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Incident:
-    """What attribution concluded about one interruption of one attempt."""
-
-    kind: str  # crash | hang | straggler
-    category: str
-    attribution: str
-    confidence_label: str  # established | supported | hypothesis
-    hosts: tuple[str, ...]
-    root_cause: str
-    partition: str = ""
-    step: int | None = None  # the last training step the attempt reached
-
-
-@dataclass(frozen=True)
-class History:
-    """The workload's past, as far as the policy needs it.
-
-    ``root_causes`` lists the root cause of each earlier interrupted attempt with the step it had
-    reached, oldest first; ``strikes`` counts each node's strikes within the strike window
-    (before this incident); ``isolated`` are the nodes excluded or drained cluster-wide within
-    the circuit breaker's window."""
-
-    restarts: int = 0
-    root_causes: tuple[tuple[str, int | None], ...] = ()
-    excluded: tuple[str, ...] = ()
-    strikes: Mapping[str, int] = field(default_factory=dict)
-    isolated: tuple[str, ...] = ()
-    cluster_nodes: int = 0
-
-
-@dataclass(frozen=True)
 class Decision:
     """What to do, with every reason that led there."""
 
@@ -214,7 +192,7 @@ def decide(policy: Policy, incident: Incident, history: History, comment: str = 
         return Decision(Action.STOP, reasons=(stop,))
     if incident.kind == "straggler" and not incident.hosts:
         return Decision(Action.NONE, reasons=("a slowdown with no node to blame: reported only",))
-    isolated = isolate(policy, incident, history)
+    isolated = isolate(policy.isolation_rules, incident, history)
     exclude, drain = isolated.exclude, isolated.drain
     reasons.extend(isolated.reasons)
     if exclude:

@@ -3,10 +3,9 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from remediation.core.incident import History, Incident
 from remediation.core.policy import (
     Action,
-    History,
-    Incident,
     decide,
     job_options,
     parse_policy,

@@ -2,11 +2,10 @@
 stop advice, a drain, a mode change and advice waiting for review.
 
 They hang off the audit trail, which every one of those events already writes, so no service
-of the loop knows about them: a ``post_save`` of an ``AuditEntry`` whose verb matters enqueues
-one task after the commit (``notify``); the task fans out one delivery per channel, and each
-delivery retries with backoff on its own. The loop never waits on a webhook: with a Celery
-worker the tasks are queued, and with tasks run in-process (embedded) they run on a background
-thread.
+of the loop knows about them: ``console.tasks`` enqueues one ``notify`` after the commit of an
+``AuditEntry`` whose verb matters, fans it out into one delivery per channel, and each delivery
+retries with backoff on its own. This module says which entries are which events, what the
+message says and how it is sent.
 """
 
 from __future__ import annotations
@@ -18,14 +17,12 @@ import smtplib
 import time
 import urllib.error
 import urllib.request
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import close_old_connections, transaction
 from django.urls import NoReverseMatch, reverse
 
 from recovery_console.console.models import (
@@ -89,65 +86,6 @@ def event_for(channel: NotificationChannel, entry: AuditEntry) -> str | None:
     """The one event of ``entry`` this channel hears about, if any."""
     wanted = set(channel.events)
     return next((e for e in events_of(entry.verb, entry.payload) if e in wanted), None)
-
-
-# --- the hook --------------------------------------------------------------------------------
-
-
-def on_audit_entry(entry: AuditEntry, created: bool) -> None:
-    """Called for every new audit entry; enqueues ``notify`` after the commit when it matters."""
-    # Channels belong to clusters: an entry of no cluster has nobody to tell.
-    if not created or entry.cluster_id is None or entry.verb not in VERBS:
-        return
-    if not events_of(entry.verb, entry.payload):
-        return
-    # Only the id goes along: the task reads the committed row itself.
-    entry_id = entry.pk
-    # robust: a broker hiccup must not turn into an error of the change that committed.
-    transaction.on_commit(lambda: _enqueue(entry_id), robust=True)
-
-
-_background = ThreadPoolExecutor(max_workers=2, thread_name_prefix="notify")
-
-
-def _enqueue(entry_id: int) -> Future[Any] | None:
-    from recovery_console.celery import app
-    from recovery_console.console.tasks import notify
-
-    # Eager tasks would run in the request that committed: hand them to a thread instead.
-    if settings.NOTIFY_IN_BACKGROUND_THREAD and app.conf.task_always_eager:
-        return _background.submit(_notify_in_background, entry_id)
-    notify.delay(entry_id)
-    return None
-
-
-def _notify_in_background(entry_id: int) -> None:
-    from recovery_console.console.tasks import notify
-
-    try:
-        notify.apply(args=(entry_id,), throw=False)
-    finally:
-        # No request cycle closes this thread's database connection: do it here.
-        close_old_connections()
-
-
-def fan_out(entry_id: int) -> int:
-    """Enqueue one delivery per enabled channel of the entry's cluster that wants it."""
-    from recovery_console.console.tasks import deliver_notification
-
-    entry = AuditEntry.objects.select_related("cluster").get(pk=entry_id)
-    count = 0
-    for channel in NotificationChannel.objects.filter(cluster=entry.cluster, enabled=True):
-        event = event_for(channel, entry)
-        if event is None:
-            continue
-        if deliver_notification.app.conf.task_always_eager:
-            # Celery's eager mode cannot retry reliably (nor wait between tries): retry here.
-            deliver_with_retries(channel.pk, entry_id, event)
-        else:
-            deliver_notification.delay(channel.pk, entry_id, event)
-        count += 1
-    return count
 
 
 # --- messages and delivery -------------------------------------------------------------------
