@@ -66,6 +66,11 @@ def _fields_of(interruption: Interruption) -> dict[str, Any]:
         "root_cause": interruption.root_cause[:200],
         "summary": interruption.summary[:500],
         "explanation": interruption.explanation,
+        "signature": interruption.signature[:64],
+        "node_local": interruption.node_local,
+        "host_origins": [list(pair) for pair in interruption.host_origins],
+        "pci_ids": list(interruption.pci_ids),
+        "detail": interruption.detail[:500],
     }
 
 

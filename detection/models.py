@@ -10,6 +10,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from detection.core.config import DetectorConfig, InvalidDetectorSettings, build_detector_config
+from detection.core.constants import MAX_EVIDENCE
+from detection.core.interruption import Confidence, Evidence, Interruption
 from detection.core.telemetry import LogLine
 from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 from recovery_console.fleet.models import Attempt, Cluster, Workload
@@ -133,6 +135,12 @@ class Anomaly(models.Model):
     explanation = models.TextField(blank=True)
     evidence = models.JSONField(default=list, blank=True)
     occurrences = models.PositiveIntegerField(default=1)
+    # What the policy's rule table matches on, and what attribution starts from.
+    signature = models.CharField(max_length=64, blank=True)
+    node_local = models.BooleanField(default=False)
+    host_origins = models.JSONField(default=list, blank=True)
+    pci_ids = models.JSONField(default=list, blank=True)
+    detail = models.CharField(max_length=500, blank=True)
     state = models.CharField(max_length=16, choices=AnomalyState.choices, default=AnomalyState.OPEN)
     first_evidence_at = models.DateTimeField()
     detected_at = models.DateTimeField()
@@ -153,6 +161,39 @@ class Anomaly(models.Model):
     @property
     def detection_latency_seconds(self) -> float:
         return (self.detected_at - self.first_evidence_at).total_seconds()
+
+    def as_interruption(self) -> Interruption:
+        """The stored anomaly as the record detection hands on (for attribution)."""
+        return Interruption(
+            kind=Kind(self.kind),
+            category=Category(self.category),
+            attribution=Attribution(self.attribution),
+            confidence=Confidence(self.confidence, ConfidenceLabel(self.confidence_label)),
+            root_cause=self.root_cause,
+            summary=self.summary,
+            explanation=self.explanation,
+            hosts=tuple(self.implicated_hosts),
+            evidence=tuple(_evidence_of(item) for item in self.evidence[:MAX_EVIDENCE]),
+            first_evidence_at=self.first_evidence_at,
+            occurrences=self.occurrences,
+            signature=self.signature,
+            node_local=self.node_local,
+            host_origins=tuple((str(h), str(o)) for h, o in self.host_origins),
+            pci_ids=tuple(self.pci_ids),
+            detail=self.detail,
+        )
+
+
+def _evidence_of(item: dict[str, Any]) -> Evidence:
+    at = item.get("at")
+    return Evidence(
+        text=str(item.get("text", "")),
+        signature=str(item.get("signature", "")),
+        source=str(item.get("source", "log")),
+        at=datetime.fromisoformat(at) if isinstance(at, str) else None,
+        host=item.get("host"),
+        line=item.get("line"),
+    )
 
 
 class PendingLines(models.Model):

@@ -253,7 +253,7 @@ def _diagnose_from_logs(
     summary: ScanSummary,
 ) -> None:
     kept = monitor.matched_lines
-    context = DiagnosisContext(nodes=tuple(attempt.nodes), gpus_per_node=_gpus_per_node(attempt))
+    context = DiagnosisContext(nodes=tuple(attempt.nodes), tasks_per_node=_tasks_per_node(attempt))
     found = diagnose_lines(
         [entry["text"] for entry in kept],
         context,
@@ -287,7 +287,7 @@ def _log_evidence(entry: dict[str, Any], signature: str) -> Evidence:
     )
 
 
-def _gpus_per_node(attempt: Attempt) -> int:
+def _tasks_per_node(attempt: Attempt) -> int:
     gpus = Node.objects.filter(
         cluster_id=attempt.cluster_id, name__in=attempt.nodes[:1]
     ).values_list("gpus", flat=True)

@@ -14,20 +14,18 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from detection.models import Anomaly, AnomalyState, AttemptMonitor
+from detection.core.signatures import BUILTIN_SIGNATURES, SignatureLibrary, build_library
+from detection.models import Anomaly, AnomalyState, AttemptMonitor, SourceCursor
+from detection.services import custom_signatures_of
 from recovery_console.fleet import audit, events
 from recovery_console.fleet.core.taxonomy import Action
 from recovery_console.fleet.models import Attempt, Cluster, ClusterMode, Node
-from remediation.core.attribution import AnomalyView, attribute
+from remediation.core.attribution import AttemptView, pci_key
+from remediation.core.decisions import Decision
 from remediation.core.incident import History, Incident
 from remediation.core.isolation import isolated_since, strikes_since
-from remediation.core.policy import (
-    Decision,
-    InvalidPolicy,
-    Policy,
-    decide,
-    parse_policy,
-)
+from remediation.core.policy import InvalidPolicy, Policy, parse_policy
+from remediation.core.verdict import Verdict, judge
 
 from .models import (
     DESIRED_STATE_OF_ACTION,
@@ -58,13 +56,32 @@ class StaleGeneration(Exception):
     """A report about a generation of the advice that is no longer current."""
 
 
+class ClusterUnknown(LookupError):
+    """No cluster of that name."""
+
+
+def signature_names(cluster: Cluster) -> set[str]:
+    """The signatures a rule of this cluster's policy may name: built-in and its own."""
+    custom = {str(spec.get("name")) for spec in custom_signatures_of(cluster.name)}
+    return {s.name for s in BUILTIN_SIGNATURES} | custom
+
+
 def policy_problems(cluster: Cluster) -> dict[str, list[str]]:
     """The cluster check remediation registers with the fleet: is the policy document valid?"""
+    known = signature_names(cluster) if cluster.pk else {s.name for s in BUILTIN_SIGNATURES}
     try:
-        parse_policy(cluster.policy)
+        parse_policy(cluster.policy, known)
     except InvalidPolicy as exc:
         return {"policy": exc.problems}
     return {}
+
+
+def excerpt_settings(cluster_name: str) -> tuple[Policy, SignatureLibrary]:
+    """What a log excerpt of this cluster is judged by: its policy and its signatures."""
+    cluster = Cluster.objects.filter(name=cluster_name).first()
+    if cluster is None:
+        raise ClusterUnknown(f"no cluster named {cluster_name!r}")
+    return parse_policy(cluster.policy), build_library(custom_signatures_of(cluster_name))
 
 
 # --- advice ----------------------------------------------------------------------------------
@@ -90,42 +107,57 @@ def advise(anomaly: Anomaly, now: datetime) -> Advice:
     controller has claimed it yet."""
     cluster, attempt = anomaly.cluster, anomaly.attempt
     policy = parse_policy(cluster.policy)
-    incident, explanation = _incident(anomaly, attempt)
-    decision = decide(
-        policy, incident, _history(cluster, attempt, anomaly, now, policy), attempt.comment
+    verdict = judge(
+        anomaly.as_interruption(),
+        policy,
+        _attempt_view(attempt),
+        _history(cluster, attempt, anomaly, now, policy),
+        attempt.comment,
     )
     with transaction.atomic():
         advice = Advice.objects.select_for_update().filter(anomaly=anomaly).first()
         if advice is not None and advice.state in SETTLED_STATES:
             return advice  # a controller is on it or it is done: the past is not rewritten
-        fields = _advice_fields(cluster, attempt, incident, decision, explanation)
+        fields = _advice_fields(cluster, attempt, verdict)
         if advice is None:
             advice = _create_advice(anomaly, fields, now)
         else:
             advice = _revise_advice(advice, fields, now)
-        _strike(cluster, incident, anomaly, decision, now)
+        _strike(cluster, verdict.incident, anomaly, verdict.decision, now)
     return advice
 
 
-def _incident(anomaly: Anomaly, attempt: Attempt) -> tuple[Incident, str]:
-    view = AnomalyView(
-        kind=anomaly.kind,
-        category=anomaly.category,
-        attribution=anomaly.attribution,
-        confidence_label=anomaly.confidence_label,
-        hosts=tuple(anomaly.implicated_hosts),
-        root_cause=anomaly.root_cause,
-        summary=anomaly.summary,
-        evidence=anomaly.evidence,
-    )
+def _attempt_view(attempt: Attempt) -> AttemptView:
     unhealthy = Node.objects.filter(
         cluster_id=attempt.cluster_id, state__in=UNHEALTHY_NODE_STATES
     ).values_list("name", flat=True)
     step = (
         AttemptMonitor.objects.filter(attempt=attempt).values_list("last_step", flat=True).first()
     )
-    result = attribute(view, attempt.nodes, unhealthy, attempt.partition, step)
-    return result.incident, result.explanation
+    return AttemptView(
+        nodes=tuple(attempt.nodes),
+        unhealthy_nodes=tuple(unhealthy),
+        partition=attempt.partition,
+        step=step,
+        xid_hosts=_xid_hosts(attempt),
+    )
+
+
+def _xid_hosts(attempt: Attempt) -> dict[str, tuple[str, ...]]:
+    """PCI address -> the attempt's hosts whose GPU there last reported an Xid (from the
+    metrics source's state), so an Xid line without a host still names its node."""
+    state = (
+        SourceCursor.objects.filter(cluster_id=attempt.cluster_id, source="metrics")
+        .values_list("cursor", flat=True)
+        .first()
+    ) or {}
+    found: dict[str, set[str]] = {}
+    nodes = set(attempt.nodes)
+    for key, gpu in (state.get("gpus") or {}).items():
+        host = str(key).rsplit("/", 1)[0]
+        if gpu.get("xid") and gpu.get("pci") and (not nodes or host in nodes):
+            found.setdefault(pci_key(str(gpu["pci"])), set()).add(host)
+    return {pci: tuple(sorted(hosts)) for pci, hosts in found.items()}
 
 
 def _history(
@@ -172,9 +204,8 @@ def _isolated(health: NodeHealth, since: datetime) -> bool:
     return isolated_since(drained, health.excluded_at, health.drained_at, since)
 
 
-def _advice_fields(
-    cluster: Cluster, attempt: Attempt, incident: Incident, decision: Decision, explanation: str
-) -> dict[str, Any]:
+def _advice_fields(cluster: Cluster, attempt: Attempt, verdict: Verdict) -> dict[str, Any]:
+    decision, incident = verdict.decision, verdict.incident
     allowed = not cluster.partitions_allowlist or attempt.partition in cluster.partitions_allowlist
     enforce = cluster.mode == ClusterMode.ACTION and allowed and decision.action != Action.NONE
     reasons = list(decision.reasons)
@@ -188,7 +219,7 @@ def _advice_fields(
         "exclude_nodes": list(decision.exclude),
         "drain_nodes": list(decision.drain),
         "reasons": reasons,
-        "explanation": explanation,
+        "explanation": verdict.explanation,
         "category": incident.category,
         "attribution": incident.attribution,
         "confidence_label": incident.confidence_label,

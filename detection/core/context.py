@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from detection.core.constants import DEFAULT_GPUS_PER_NODE
+from detection.core.interruption import HostOrigin
 from detection.core.signatures import MatchGroup
 
 
@@ -14,19 +15,19 @@ class DiagnosisContext:
     """What the caller knows about the attempt the log belongs to.
 
     ``nodes`` is the attempt's node list in rank order: rank ``r`` ran on
-    ``nodes[r // gpus_per_node]`` unless the log says otherwise. ``source_host`` is set when the
+    ``nodes[r // tasks_per_node]`` unless the log says otherwise. ``source_host`` is set when the
     whole excerpt is one node's own system log (kernel messages such as NVRM Xid lines).
     """
 
     nodes: tuple[str, ...] = ()
-    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    tasks_per_node: int = DEFAULT_GPUS_PER_NODE
     world_size: int | None = None
     source_host: str | None = None
 
     def host_of_rank(self, rank: int) -> str | None:
-        if self.gpus_per_node <= 0 or rank < 0:
+        if self.tasks_per_node <= 0 or rank < 0:
             return None
-        index = rank // self.gpus_per_node
+        index = rank // self.tasks_per_node
         return self.nodes[index] if index < len(self.nodes) else None
 
     def canonical_host(self, host: str) -> str:
@@ -40,16 +41,21 @@ class DiagnosisContext:
     def expected_world_size(self) -> int | None:
         if self.world_size:
             return self.world_size
-        return len(self.nodes) * self.gpus_per_node if self.nodes else None
+        return len(self.nodes) * self.tasks_per_node if self.nodes else None
 
 
-def hosts_of(group: MatchGroup, ctx: DiagnosisContext) -> set[str]:
-    """The hosts a match group names: in its lines, through the rank -> node layout, or as the
-    node whose own log the excerpt is."""
+def hosts_of(group: MatchGroup, ctx: DiagnosisContext) -> dict[str, str]:
+    """The hosts a match group names, each with how it was named (a ``HostOrigin``): in its
+    lines, by where they were read from, through the rank -> node layout, or as the node whose
+    own log the whole excerpt is."""
     if group.hosts:
-        return {ctx.canonical_host(host) for host in group.hosts}
+        streams = set(group.stream_hosts)
+        return {
+            ctx.canonical_host(host): HostOrigin.STREAM if host in streams else HostOrigin.TEXT
+            for host in group.hosts
+        }
     mapped = {ctx.host_of_rank(rank) for rank in group.ranks}
-    hosts = {host for host in mapped if host is not None}
+    hosts = {host: HostOrigin.RANK for host in mapped if host is not None}
     if hosts:
         return hosts
-    return {ctx.source_host} if ctx.source_host else set()
+    return {ctx.source_host: HostOrigin.EXCERPT} if ctx.source_host else {}

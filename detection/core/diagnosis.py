@@ -1,4 +1,5 @@
-"""Diagnose a log excerpt: what failed, who is to blame, what to do, and how sure we are.
+"""Diagnose a log excerpt: what failed, where the evidence puts the fault, and how sure we are.
+What to do about it is the policy's (``remediation``); this only reads the evidence.
 
 Pure functions over decoded lines (or raw bytes, see ``diagnose_bytes``). The rule set:
 
@@ -6,16 +7,15 @@ Pure functions over decoded lines (or raw bytes, see ``diagnose_bytes``). The ru
   launcher reports and "previous CUDA error" lines are cascades and only decide the diagnosis when
   nothing initiating was logged. Context lines (``CUDA_LAUNCH_BLOCKING`` hints, flight-recorder
   dumps) never cause anything.
-* One exception to "earliest": GPU hardware evidence that names a node (Xid 79, uncorrectable
-  ECC, NVLink) outranks an earlier application-level symptom, because a failing GPU surfaces in
-  the job as a CUDA error before the kernel's Xid line reaches the log.
-* ``restart_excluding_node`` only when evidence implicating a node names a host (directly, via
-  the rank -> node mapping of the attempt, or because the log is that node's own system log).
-  InfiniBand errors reported by more than one host do not name a culprit: the common peer does.
-* ``stop`` only when the log establishes an application error a retry cannot fix (import or
-  syntax errors, shape mismatches, configuration errors raised by the user's own code).
-* Only NCCL timeouts everywhere: a hang, restarted; a node is named only when exactly one rank
-  is missing from the timeouts or disagrees about the collective's sequence number.
+* One exception to "earliest": GPU hardware evidence that puts the fault on a node (Xid 79,
+  uncorrectable ECC, NVLink) outranks an earlier application-level symptom, because a failing
+  GPU surfaces in the job as a CUDA error before the kernel's Xid line reaches the log.
+* Node-local evidence names its node where the excerpt allows: in the line, by the log it was
+  read from, through the rank -> node layout, or as the node whose log the excerpt is. The
+  interruption is node-local even when no host is known. InfiniBand errors reported by more
+  than one host do not name a culprit (the common peer does) and are not node-local.
+* Only NCCL timeouts everywhere: a hang; a node is suspected only when exactly one rank is
+  missing from the timeouts or disagrees about the collective's sequence number.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import dataclasses
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from detection.core.constants import (
     MAX_CLASSIFIED_LINES,
@@ -35,13 +34,14 @@ from detection.core.constants import (
 from detection.core.context import DiagnosisContext, hosts_of
 from detection.core.decoding import DecodeReport, decode_bytes
 from detection.core.explanations import (
-    action_sentence,
     describe,
+    detail_of,
     evidence_of,
     label,
     others_sentence,
+    where_sentence,
 )
-from detection.core.interruption import Confidence, Evidence, Interruption
+from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
 from detection.core.signatures import (
     MatchGroup,
     ScanResult,
@@ -50,70 +50,7 @@ from detection.core.signatures import (
     scan_lines,
 )
 from detection.core.telemetry import LogLine
-from recovery_console.fleet.core.taxonomy import (
-    Action,
-    Attribution,
-    Category,
-    ConfidenceLabel,
-    Kind,
-)
-
-# --- records --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """What one log excerpt says: the interruption (kind ``none`` when nothing failed) and the
-    action its evidence alone suggests. ``to_dict`` is the JSON ``manage.py diagnose`` prints
-    (DESIGN.md §3)."""
-
-    interruption: Interruption
-    action: Action
-
-    @property
-    def kind(self) -> Kind:
-        return self.interruption.kind
-
-    @property
-    def category(self) -> Category:
-        return self.interruption.category
-
-    @property
-    def attribution(self) -> Attribution:
-        return self.interruption.attribution
-
-    @property
-    def implicated_hosts(self) -> tuple[str, ...]:
-        return self.interruption.hosts
-
-    @property
-    def confidence(self) -> Confidence:
-        return self.interruption.confidence
-
-    @property
-    def evidence(self) -> tuple[Evidence, ...]:
-        return self.interruption.evidence
-
-    @property
-    def explanation(self) -> str:
-        return self.interruption.explanation
-
-    def to_dict(self) -> dict[str, object]:
-        found = self.interruption
-        return {
-            "kind": found.kind.value,
-            "category": found.category.value,
-            "attribution": found.attribution.value,
-            "action": self.action.value,
-            "implicated_hosts": list(found.hosts),
-            "confidence": found.confidence.to_dict(),
-            "evidence": [
-                {"line": item.line, "text": item.text, "signature": item.signature}
-                for item in found.evidence
-            ],
-            "explanation": found.explanation,
-        }
-
+from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
 # --- entry points ---------------------------------------------------------------------------
 
@@ -124,7 +61,7 @@ def diagnose_lines(
     *,
     library: SignatureLibrary | None = None,
     host_hints: Sequence[str | None] | None = None,
-) -> Diagnosis:
+) -> Interruption:
     """Diagnose decoded lines (one entry per line)."""
     scan = scan_lines(lines, library=library, host_hints=host_hints)
     return diagnose_scan(scan, context)
@@ -135,8 +72,8 @@ def diagnose_bytes(
     context: DiagnosisContext | None = None,
     *,
     library: SignatureLibrary | None = None,
-) -> tuple[Diagnosis, DecodeReport]:
-    """The entry point for ``manage.py diagnose``: any bytes in, a diagnosis and a report out."""
+) -> tuple[Interruption, DecodeReport]:
+    """Any bytes in, the excerpt's interruption and what decoding changed out."""
     lines, report = decode_bytes(data)
     return diagnose_lines(lines, context, library=library), report
 
@@ -146,15 +83,15 @@ def diagnose_log_lines(
     context: DiagnosisContext | None = None,
     *,
     library: SignatureLibrary | None = None,
-) -> Diagnosis:
+) -> Interruption:
     """Diagnose telemetry records; a record's ``host`` says which node's system log it is."""
     texts = [line.text for line in log_lines]
     hints = [line.host for line in log_lines]
     return diagnose_lines(texts, context, library=library or default_library(), host_hints=hints)
 
 
-def diagnose_scan(scan: ScanResult, context: DiagnosisContext | None = None) -> Diagnosis:
-    """The decision step: findings in, diagnosis out."""
+def diagnose_scan(scan: ScanResult, context: DiagnosisContext | None = None) -> Interruption:
+    """The decision step: match groups in, the interruption (kind ``none`` if healthy) out."""
     ctx = context or DiagnosisContext()
     initiating = scan.by_role(Role.INITIATING)
     cascades = scan.by_role(Role.CASCADE)
@@ -167,21 +104,18 @@ def diagnose_scan(scan: ScanResult, context: DiagnosisContext | None = None) -> 
         initiating = tuple(f for f in initiating if f.attribution is not Attribution.SCHEDULER)
         cascades = (*cascades, *endings)
     if initiating:
-        diagnosis = _from_initiating(_primary(initiating), initiating, cascades, hints, ctx)
+        found = _from_initiating(_primary(initiating), initiating, cascades, hints, ctx)
     elif cascades:
-        diagnosis = _from_cascades(cascades, hints, ctx)
+        found = _from_cascades(cascades, hints, ctx)
     else:
-        diagnosis = _healthy(scan, hints)
+        found = _healthy(scan, hints)
     if scan.stopped_at_line is None:
-        return diagnosis
+        return found
     note = (
         f" The scan stopped at line {scan.stopped_at_line} after {MAX_CLASSIFIED_LINES} matching"
         f" lines; {scan.lines_not_examined} line(s) from there on were not examined."
     )
-    found = diagnosis.interruption
-    return Diagnosis(
-        dataclasses.replace(found, explanation=found.explanation + note), diagnosis.action
-    )
+    return dataclasses.replace(found, explanation=found.explanation + note)
 
 
 # --- decisions ------------------------------------------------------------------------------
@@ -190,32 +124,37 @@ def diagnose_scan(scan: ScanResult, context: DiagnosisContext | None = None) -> 
 _LINE_REFERENCE = re.compile(r" at line \d+")
 
 
-def _diagnosis(
+def _interruption(
+    primary: MatchGroup | None,
     kind: Kind,
     category: Category,
     attribution: Attribution,
-    action: Action,
-    hosts: tuple[str, ...],
     confidence: Confidence,
     evidence: tuple[Evidence, ...],
     explanation: str,
-    repeats_on_retry: bool = False,
-) -> Diagnosis:
-    signature = evidence[0].signature if evidence else category.value
-    root_cause = f"{signature}:{','.join(hosts)}" if hosts else signature
-    interruption = Interruption(
+    hosts: dict[str, str] | None = None,
+    node_local: bool = False,
+    detail: str = "",
+) -> Interruption:
+    named = tuple(sorted(hosts or {}))
+    signature = primary.signature if primary else (evidence[0].signature if evidence else "")
+    cause = signature or category.value
+    return Interruption(
         kind=kind,
         category=category,
         attribution=attribution,
         confidence=confidence,
-        root_cause=root_cause,
+        root_cause=f"{cause}:{','.join(named)}" if named else cause,
         summary=_LINE_REFERENCE.sub("", explanation.split(". ")[0])[:500],
         explanation=explanation,
-        hosts=hosts,
+        hosts=named,
         evidence=evidence,
-        repeats_on_retry=repeats_on_retry,
+        signature=signature,
+        node_local=node_local,
+        host_origins=tuple(sorted((hosts or {}).items())),
+        pci_ids=primary.pci_ids if primary else (),
+        detail=detail,
     )
-    return Diagnosis(interruption, action)
 
 
 def _primary(initiating: Sequence[MatchGroup]) -> MatchGroup:
@@ -235,19 +174,20 @@ def _primary(initiating: Sequence[MatchGroup]) -> MatchGroup:
 
 def _implicated(
     primary: MatchGroup, initiating: Sequence[MatchGroup], ctx: DiagnosisContext
-) -> tuple[tuple[str, ...], bool]:
-    """(hosts with evidence against them, whether the evidence was ambiguous)."""
+) -> tuple[dict[str, str], bool]:
+    """(hosts with evidence against them and how each was named, whether it was ambiguous)."""
     if not primary.implicates_node:
-        return (), False
+        return {}, False
     related = [f for f in initiating if f.implicates_node and f.category is primary.category]
-    hosts: set[str] = set()
+    hosts: dict[str, str] = {}
     for finding in related:
-        hosts |= hosts_of(finding, ctx)
+        for host, origin in hosts_of(finding, ctx).items():
+            hosts.setdefault(host, origin)
     if primary.category is Category.INTERCONNECT_NETWORK and len(hosts) > 1:
         # Several hosts see completion errors: the fault is on the peer they share, which the
         # log names only by address.
-        return (), True
-    return tuple(sorted(hosts)), False
+        return {}, True
+    return hosts, False
 
 
 def _confidence(primary: MatchGroup, ambiguous: bool) -> Confidence:
@@ -268,34 +208,30 @@ def _from_initiating(
     cascades: Sequence[MatchGroup],
     hints: Sequence[MatchGroup],
     ctx: DiagnosisContext,
-) -> Diagnosis:
+) -> Interruption:
     hosts, ambiguous = _implicated(primary, initiating, ctx)
-    if hosts:
-        action = Action.RESTART_EXCLUDING_NODE
-    elif primary.classification.unrecoverable:
-        action = Action.STOP
-    else:
-        action = Action.RESTART
     others = [f for f in initiating if f is not primary]
+    node_local = primary.implicates_node and not ambiguous
     explanation = " ".join(
         part
         for part in (
             describe(primary, ctx) + ".",
             others_sentence(others, cascades, hints),
-            action_sentence(action, primary, hosts, ambiguous),
+            where_sentence(primary, hosts, ambiguous, node_local),
         )
         if part
     )
-    return _diagnosis(
+    return _interruption(
+        primary,
         kind=primary.kind,
         category=primary.category,
         attribution=primary.attribution,
-        action=action,
-        hosts=hosts,
         confidence=_confidence(primary, ambiguous),
         evidence=evidence_of([primary, *others, *cascades, *hints]),
         explanation=explanation,
-        repeats_on_retry=primary.classification.unrecoverable,
+        hosts=hosts,
+        node_local=node_local,
+        detail=detail_of(primary),
     )
 
 
@@ -309,7 +245,7 @@ _CASCADE_PREFERENCE = (
 
 def _from_cascades(
     cascades: Sequence[MatchGroup], hints: Sequence[MatchGroup], ctx: DiagnosisContext
-) -> Diagnosis:
+) -> Interruption:
     hangs = [f for f in cascades if f.category is Category.NCCL_TIMEOUT_HANG]
     if hangs:
         return _hang(hangs, cascades, hints, ctx)
@@ -325,15 +261,14 @@ def _from_cascades(
     lead = ordered[0]
     explanation = (
         f"Only consequences of a failure were logged, the first at line {lead.first_line}"
-        f" ({label(lead)}); the root cause is not in this excerpt. Restarting without excluding"
-        " a node, since no host is shown to be at fault."
+        f" ({label(lead)}); the root cause is not in this excerpt, and no host is shown to be"
+        " at fault."
     )
-    return _diagnosis(
+    return _interruption(
+        lead,
         kind=Kind.CRASH,
         category=lead.category,
         attribution=lead.attribution,
-        action=Action.RESTART,
-        hosts=(),
         confidence=Confidence(0.4, ConfidenceLabel.HYPOTHESIS),
         evidence=evidence_of([*ordered, *hints]),
         explanation=explanation,
@@ -345,7 +280,7 @@ def _hang(
     cascades: Sequence[MatchGroup],
     hints: Sequence[MatchGroup],
     ctx: DiagnosisContext,
-) -> Diagnosis:
+) -> Interruption:
     reporting = sorted({rank for finding in hangs for rank in finding.ranks})
     suspect = _suspect_rank(hangs, reporting, ctx)
     host = ctx.host_of_rank(suspect[0]) if suspect is not None else None
@@ -356,26 +291,24 @@ def _hang(
     ]
     if suspect is not None:
         parts.append(suspect[1] + (f", which ran on {host}." if host else "."))
-    hosts: tuple[str, ...] = ()
+    hosts: dict[str, str] = {}
     if host:
-        parts.append(f"Restarting without {host}; this is a hypothesis, not established.")
-        action, hosts = Action.RESTART_EXCLUDING_NODE, (host,)
+        parts.append(f"{host} is suspected; this is a hypothesis, not established.")
+        hosts = {host: HostOrigin.RANK}
         confidence = Confidence(0.45, ConfidenceLabel.HYPOTHESIS)
     else:
-        parts.append("Restarting without excluding a node.")
-        action = Action.RESTART
         label = ConfidenceLabel.SUPPORTED if len(reporting) >= 2 else ConfidenceLabel.HYPOTHESIS
         confidence = Confidence(0.7 if len(reporting) >= 2 else 0.5, label)
     others = [f for f in cascades if f not in hangs]
-    return _diagnosis(
+    return _interruption(
+        hangs[0],
         kind=Kind.HANG,
         category=Category.NCCL_TIMEOUT_HANG,
         attribution=Attribution.INTERCONNECT,
-        action=action,
-        hosts=hosts,
         confidence=confidence,
         evidence=evidence_of([*hangs, *others, *hints]),
         explanation=" ".join(parts),
+        hosts=hosts,
     )
 
 
@@ -403,16 +336,15 @@ def _suspect_rank(
     return None
 
 
-def _healthy(scan: ScanResult, hints: Sequence[MatchGroup]) -> Diagnosis:
+def _healthy(scan: ScanResult, hints: Sequence[MatchGroup]) -> Interruption:
     benign = f"; {scan.benign_lines} known-benign line(s) ignored" if scan.benign_lines else ""
     noted = f"; {len(hints)} context line group(s) noted" if hints else ""
     label = ConfidenceLabel.SUPPORTED if scan.lines_scanned else ConfidenceLabel.HYPOTHESIS
-    return _diagnosis(
+    return _interruption(
+        None,
         kind=Kind.NONE,
         category=Category.BENIGN,
         attribution=Attribution.NONE,
-        action=Action.NONE,
-        hosts=(),
         confidence=Confidence(0.7 if scan.lines_scanned else 0.3, label),
         evidence=evidence_of(hints),
         explanation=(

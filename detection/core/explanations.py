@@ -1,4 +1,4 @@
-"""The words of a diagnosis: how a root cause, its companions and the suggested action are
+"""The words of a diagnosis: how a root cause, its companions and where the fault lies are
 described to an operator, and which lines are shown as evidence."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from detection.core.constants import MAX_EVIDENCE, MAX_EVIDENCE_TEXT
 from detection.core.context import DiagnosisContext, hosts_of
 from detection.core.interruption import Evidence
 from detection.core.signatures import MatchGroup
-from recovery_console.fleet.core.taxonomy import Action
 
 
 def label(finding: MatchGroup) -> str:
@@ -72,18 +71,37 @@ def others_sentence(
     return ("; ".join(parts) + ".") if parts else ""
 
 
-def action_sentence(
-    action: Action, primary: MatchGroup, hosts: Sequence[str], ambiguous: bool
+def where_sentence(
+    primary: MatchGroup, hosts: dict[str, str], ambiguous: bool, node_local: bool
 ) -> str:
-    if action is Action.RESTART_EXCLUDING_NODE:
-        return f"Restart without {', '.join(hosts)}: the evidence implicates the node."
-    if action is Action.STOP:
-        return "Stop: this is an application error a retry cannot fix."
+    """Where the evidence puts the fault, and how the excerpt named the node."""
     if ambiguous:
-        return "Restart: several hosts report the error, so no single node is shown to be at fault."
-    if primary.implicates_node:
-        return "Restart: the evidence implicates a node but the log does not say which."
-    return "Restart."
+        return (
+            "Several hosts report the error, so the fault is on a peer they share: no single"
+            " node is shown to be at fault."
+        )
+    if not node_local:
+        return ""
+    if hosts:
+        named = "; ".join(f"{host} ({origin})" for host, origin in sorted(hosts.items()))
+        return f"The evidence puts the fault on the node: {named}."
+    return (
+        f"The evidence puts the fault on the node that logged line {primary.first_line}; the"
+        " excerpt does not say which node that is."
+    )
+
+
+def detail_of(primary: MatchGroup) -> str:
+    """What to fix, as the evidence names it: the exception and where it was raised."""
+    exception = primary.detail("exception")
+    if exception is None:
+        return ""
+    message = (primary.detail("exception_message") or "")[:200]
+    text = f"{exception}: {message}" if message else exception
+    frame = primary.detail("tb_file")
+    if frame:
+        text += f", raised in {primary.detail('tb_func')} at {frame}:{primary.detail('tb_line')}"
+    return text
 
 
 def evidence_of(findings: Iterable[MatchGroup]) -> tuple[Evidence, ...]:

@@ -45,6 +45,18 @@ class Evidence:
         return record
 
 
+class HostOrigin:
+    """How an implicated host was named, for the explanation an operator reads."""
+
+    TEXT = "named in the line"
+    STREAM = "the line was read from its log"
+    RANK = "the rank runs there"
+    EXCERPT = "the excerpt is its log"
+    METRICS = "its GPU at that PCI address reported it"
+    SCHEDULER = "the scheduler marked it unhealthy"
+    DETECTOR = "its own metrics show it"
+
+
 @dataclass(frozen=True)
 class Confidence:
     """How sure we are: a value in [0, 1] and the label an operator reads."""
@@ -62,8 +74,11 @@ class Interruption:
 
     ``root_cause`` groups repeats: the same attempt and root cause make one anomaly however
     often they are seen. ``first_evidence_at`` starts the detection-latency clock.
-    ``repeats_on_retry`` is set when the evidence establishes an error a retry cannot fix.
-    ``job_id`` names the interrupted job when the detector knows it (metrics carry it)."""
+    ``signature`` names the evidence that decided it; ``node_local`` says that evidence puts the
+    fault on a node (a fatal Xid, an ECC failure, a node failure), named or not, and
+    ``host_origins`` how each implicated host was named (``HostOrigin``). ``detail`` is what
+    the evidence says to fix (an exception and where it was raised). ``job_id`` names the
+    interrupted job when the detector knows it (metrics carry it)."""
 
     kind: Kind
     category: Category
@@ -76,7 +91,12 @@ class Interruption:
     evidence: tuple[Evidence, ...] = ()
     first_evidence_at: datetime | None = None
     occurrences: int = 1
-    repeats_on_retry: bool = False
+    signature: str = ""
+    node_local: bool = False
+    host_origins: tuple[tuple[str, str], ...] = ()
+    # PCI bus ids of the GPUs the evidence names (an Xid line's ``PCI:0000:3b:00``).
+    pci_ids: tuple[str, ...] = ()
+    detail: str = ""
     job_id: str = ""
 
     @property

@@ -196,8 +196,8 @@ class TestSignalsForm(forms.Form):
         label="Nodes in rank order",
         help_text="Optional, comma-separated: maps ranks to hosts.",
     )
-    gpus_per_node = forms.IntegerField(
-        min_value=1, max_value=1024, initial=DEFAULT_GPUS_PER_NODE, label="GPUs per node"
+    tasks_per_node = forms.IntegerField(
+        min_value=1, max_value=1024, initial=DEFAULT_GPUS_PER_NODE, label="Tasks (ranks) per node"
     )
 
     def clean(self) -> dict[str, Any]:

@@ -1,15 +1,20 @@
-"""Attribution: from an anomaly's evidence and the scheduler's view, the incident the policy
-decides on, and an explanation a person can check.
+"""Attribution: from an interruption and what the loop knows of its attempt, the incident the
+policy decides on, and an explanation a person can check.
 
-Pure Python. Detection has already told initiating lines from cascades and mapped ranks to hosts
-(``detection.diagnosis``); attribution keeps only nodes the attempt actually ran on, adds what the
-scheduler knows (a node it marked down under a NODE_FAIL), and says how sure it is.
+Pure Python. Detection has read the evidence: what failed, whether it puts the fault on a node,
+and which hosts the excerpt itself names (in a line, by the log a line came from, through the
+rank layout). Attribution adds what only the loop knows: the attempt's node list (a host outside
+it is not this attempt's), the PCI bus id -> host map of the GPUs that reported an Xid in their
+metrics, and the nodes the scheduler marked unhealthy. It says which of these named each node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from detection.core.interruption import HostOrigin, Interruption
+from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel
 
 from .incident import Incident
 
@@ -21,82 +26,103 @@ CONFIDENCE_WORDS = {
 
 
 @dataclass(frozen=True)
-class AnomalyView:
-    """The parts of a stored anomaly attribution reads."""
+class AttemptView:
+    """What the loop knows of the interrupted attempt (all optional: ``diagnose`` knows none).
 
-    kind: str
-    category: str
-    attribution: str
-    confidence_label: str
-    hosts: tuple[str, ...]
-    root_cause: str
-    summary: str
-    evidence: Sequence[Mapping[str, object]]
+    ``xid_hosts`` maps a GPU's PCI bus id (as the driver prints it, lower case, without domain
+    padding differences) to the hosts whose GPU at that address reported an Xid in its metrics.
+    """
+
+    nodes: tuple[str, ...] = ()
+    unhealthy_nodes: tuple[str, ...] = ()
+    partition: str = ""
+    step: int | None = None
+    xid_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class Attribution:
+class Attributed:
     incident: Incident
     explanation: str
+    host_origins: tuple[tuple[str, str], ...] = ()
     outside_hosts: tuple[str, ...] = ()
 
 
-def attribute(
-    anomaly: AnomalyView,
-    attempt_nodes: Sequence[str],
-    unhealthy_nodes: Iterable[str] = (),
-    partition: str = "",
-    step: int | None = None,
-) -> Attribution:
-    """The incident to decide on: hosts limited to the attempt's nodes, with the scheduler's word
-    on a node failure, and a paragraph saying what happened, on which evidence and how sure."""
+def attribute(interruption: Interruption, attempt: AttemptView | None = None) -> Attributed:
+    """The incident to decide on: hosts named by the evidence, by the GPU metrics or by the
+    scheduler, limited to the attempt's nodes once the scheduler has reported them."""
+    view = attempt or AttemptView()
+    origins = dict(interruption.host_origins) or {h: HostOrigin.TEXT for h in interruption.hosts}
+    attribution, label = interruption.attribution, interruption.confidence.label
+    node_local = interruption.node_local
+    if node_local and not origins:
+        origins = _from_metrics(interruption, view)
+    down = sorted(set(view.nodes) & set(view.unhealthy_nodes))
+    if not origins and interruption.category is Category.NODE_OR_PROCESS_FAILURE and len(down) == 1:
+        origins = {down[0]: HostOrigin.SCHEDULER}
+        attribution, node_local = Attribution.HARDWARE, True
+        if label is ConfidenceLabel.HYPOTHESIS:
+            label = ConfidenceLabel.SUPPORTED
     # Before the scheduler has reported where the attempt ran (it can fail within a second of
     # starting), the evidence's own hosts stand; once it has, only the attempt's nodes count.
-    nodes = set(attempt_nodes) or set(anomaly.hosts)
-    hosts = tuple(sorted(h for h in anomaly.hosts if h in nodes))
-    outside = tuple(sorted(h for h in anomaly.hosts if h not in nodes))
-    label, attribution = anomaly.confidence_label, anomaly.attribution
-    down = sorted(nodes & set(unhealthy_nodes))
-    if not hosts and anomaly.category == "node_or_process_failure" and len(down) == 1:
-        hosts, attribution = (down[0],), "hardware"
-        label = "supported" if label == "hypothesis" else label
+    nodes = set(view.nodes) or set(origins)
+    kept = {h: o for h, o in origins.items() if h in nodes}
+    outside = tuple(sorted(h for h in origins if h not in nodes))
     incident = Incident(
-        kind=anomaly.kind,
-        category=anomaly.category,
-        attribution=attribution,
-        confidence_label=label,
-        hosts=hosts,
-        root_cause=anomaly.root_cause,
-        partition=partition,
-        step=step,
+        kind=interruption.kind.value,
+        category=interruption.category.value,
+        attribution=attribution.value,
+        confidence_label=label.value,
+        hosts=tuple(sorted(kept)),
+        root_cause=interruption.root_cause,
+        partition=view.partition,
+        step=view.step,
+        signature=interruption.signature,
+        node_local=node_local,
+        detail=interruption.detail,
     )
-    return Attribution(incident, _explain(anomaly, incident, outside, down), outside)
+    explanation = _explain(interruption, incident, kept, outside, down)
+    return Attributed(incident, explanation, tuple(sorted(kept.items())), outside)
+
+
+def _from_metrics(interruption: Interruption, view: AttemptView) -> dict[str, str]:
+    """The one node of the attempt whose GPU at the evidence's PCI address reported an Xid."""
+    candidates: set[str] = set()
+    for pci in interruption.pci_ids:
+        candidates.update(view.xid_hosts.get(pci_key(pci), ()))
+    if view.nodes:
+        candidates &= set(view.nodes)
+    return {candidates.pop(): HostOrigin.METRICS} if len(candidates) == 1 else {}
+
+
+def pci_key(pci: str) -> str:
+    """One spelling of a PCI address for ``PCI:0000:3b:00``, ``00000000:3B:00.0``, ``3b:00``:
+    the bus and device, lower case (the domain and function rarely differ between GPUs)."""
+    parts = pci.lower().removeprefix("pci:").split(":")
+    if len(parts) >= 2:
+        return f"{parts[-2][-2:]}:{parts[-1].split('.')[0]}"
+    return pci.lower()
 
 
 def _explain(
-    anomaly: AnomalyView, incident: Incident, outside: tuple[str, ...], down: list[str]
+    interruption: Interruption,
+    incident: Incident,
+    kept: dict[str, str],
+    outside: tuple[str, ...],
+    down: list[str],
 ) -> str:
-    parts = [
-        f"{anomaly.kind.capitalize()} attributed to {incident.attribution} "
-        f"({incident.category.replace('_', ' ')}): {anomaly.summary.rstrip('.')}."
-    ]
-    first = next(iter(anomaly.evidence), None)
-    if first is not None:
-        where = f" on {first['host']}" if first.get("host") else ""
-        parts.append(
-            f'First evidence ({first.get("source", "log")}{where}): "{first.get("text", "")}".'
-        )
-    if incident.hosts:
-        parts.append(f"Implicated: {', '.join(incident.hosts)}.")
-    elif down:
+    parts = [interruption.explanation.rstrip()]
+    learned = {h: o for h, o in kept.items() if o in (HostOrigin.METRICS, HostOrigin.SCHEDULER)}
+    if learned:
+        named = "; ".join(f"{host} ({origin})" for host, origin in sorted(learned.items()))
+        parts.append(f"The node at fault: {named}.")
+    elif not kept and down and interruption.category is Category.NODE_OR_PROCESS_FAILURE:
         parts.append(
             f"The scheduler reports {', '.join(down)} unhealthy, "
             "but nothing ties one node to this failure."
         )
-    else:
-        parts.append("No node is implicated.")
     if outside:
         parts.append(f"Also named but not part of this attempt: {', '.join(outside)}.")
     words = CONFIDENCE_WORDS.get(incident.confidence_label, "")
     parts.append(f"Confidence: {incident.confidence_label} ({words}).")
-    return " ".join(parts)
+    return " ".join(part for part in parts if part)

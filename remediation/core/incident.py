@@ -18,6 +18,13 @@ class Incident:
     root_cause: str
     partition: str = ""
     step: int | None = None  # the last training step the attempt reached
+    # The signature of the evidence that decided it (signature rules match on it).
+    signature: str = ""
+    # The evidence says a node is at fault (a fatal Xid, an ECC failure, a node failure ...),
+    # whether or not it could say which node.
+    node_local: bool = False
+    # What the evidence says to fix, for a stop (an exception and where it was raised ...).
+    detail: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,61 @@
-"""A cluster's recovery policy: the document operators edit, and the decisions it makes.
+"""A cluster's recovery policy: the document operators edit, with its rule table.
 
 Pure Python. The document is plain JSON; ``parse_policy`` turns it into a frozen ``Policy`` or
-refuses it with every problem named, so a bad edit never reaches the loop. ``decide`` applies a
-policy to one attributed interruption and the workload's history.
+refuses it with every problem named, so a bad edit never reaches the loop. ``decisions.decide``
+applies it to one attributed interruption.
+
+The rule table maps what failed to what to do (DESIGN.md §4). A key is a failure category
+(``cuda_oom``), the name of a signature (``fs_no_space``, a built-in or a cluster's own), or
+``node_local`` for evidence that a node is at fault whatever its category. A signature rule
+beats ``node_local``, which beats the category's rule. A cluster's ``rules`` are laid over
+the defaults, and a partition's ``rules`` over the cluster's.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from recovery_console.fleet.core.taxonomy import Action
+from recovery_console.fleet.core.taxonomy import Action, Category
 
-from .incident import History, Incident
-from .isolation import IsolationRules, isolate
+from .isolation import IsolationRules
+
+NODE_LOCAL = "node_local"
+
+# The question for every rule: would a blind restart fail the same way?
+DEFAULT_RULES: Mapping[str, Action] = {
+    # The node is at fault: run again elsewhere.
+    NODE_LOCAL: Action.RESTART_EXCLUDING_NODE,
+    # Transient or unattributed: a restart from the last checkpoint is the cure.
+    Category.GPU_HARDWARE: Action.RESTART,
+    Category.NCCL_TIMEOUT_HANG: Action.RESTART,
+    Category.INTERCONNECT_NETWORK: Action.RESTART,
+    Category.FILESYSTEM_IO: Action.RESTART,
+    Category.NODE_OR_PROCESS_FAILURE: Action.RESTART,
+    # A retry repeats these: stop and say what to change.
+    Category.CUDA_OOM: Action.STOP,
+    Category.APPLICATION_ERROR: Action.STOP,
+    Category.NUMERICAL_DIVERGENCE: Action.STOP,
+    # Nothing to recover from (a slowdown with no node named is reported, not acted on).
+    Category.STRAGGLER: Action.NONE,
+    Category.BENIGN: Action.NONE,
+    # Signatures that say more than their category.
+    "fs_no_space": Action.STOP,
+    "fs_read_only": Action.STOP,
+    "fs_stale_handle": Action.STOP,
+    "host_oom_killer": Action.STOP,
+    "slurm_oom_kill": Action.STOP,
+    "dataloader_worker_killed": Action.STOP,
+    "nccl_network_config": Action.STOP,
+    "cuda_illegal_memory_access": Action.RESTART,
+    "nvrm_xid_application": Action.RESTART,
+    "slurm_cancelled": Action.NONE,
+}
+CATEGORIES = frozenset(c.value for c in Category)
+ACTIONS = frozenset(a.value for a in Action)
+SIGNATURE_NAME = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+MAX_RULES = 500
 
 
 class InvalidPolicy(ValueError):
@@ -34,17 +74,19 @@ class Limits:
     max_retries_per_root_cause: int = 3
     hold_timeout_seconds: float = 300.0
     enabled: bool = True
+    # This partition's rules, laid over the cluster's.
+    rules: Mapping[str, Action] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Policy:
-    """Defaults follow DESIGN.md §4: restart by default, bounded retries, gated action mode."""
+    """Defaults follow DESIGN.md §4: stop what a retry repeats, exclude the node on node-local
+    evidence, restart the transient, bounded retries, gated action mode."""
 
     limits: Limits = field(default_factory=Limits)
     # Advice on the scheduler's word alone ("FAILED", no log line yet) waits this long for the
     # log evidence that usually follows, so the node at fault can still be named.
     evidence_grace_seconds: float = 10.0
-    stop_on_established_application_error: bool = True
     drain_after_strikes: int = 3
     strike_window_hours: float = 168.0
     circuit_breaker_max_share: float = 0.10
@@ -65,15 +107,36 @@ class Policy:
     def limits_for(self, partition: str) -> Limits:
         return self.partitions.get(partition, self.limits)
 
+    def rules_for(self, partition: str) -> Mapping[str, Action]:
+        """The rule table in force: the defaults, the cluster's rules, the partition's."""
+        rules = {**DEFAULT_RULES, **self.limits.rules}
+        if partition in self.partitions:
+            rules.update(self.partitions[partition].rules)
+        return rules
+
     def to_document(self) -> dict[str, Any]:
         """The JSON document this policy parses from (defaults written out)."""
         document = {f.name: getattr(self, f.name) for f in fields(self)}
         document.pop("limits")
-        document.update(asdict(self.limits))
+        document.update(_limits_document(self.limits))
+        document["rules"] = {key: action.value for key, action in self.limits.rules.items()}
         document["partitions"] = {
             name: _changed_limits(limits, self.limits) for name, limits in self.partitions.items()
         }
         return document
+
+
+def rule_for(
+    rules: Mapping[str, Action], signature: str, node_local: bool, category: str
+) -> tuple[Action, str]:
+    """The action the table gives, and the key that gave it."""
+    if signature and signature in rules:
+        return rules[signature], signature
+    if node_local and NODE_LOCAL in rules:
+        return rules[NODE_LOCAL], NODE_LOCAL
+    if category in rules:
+        return rules[category], category
+    return Action.RESTART, "default"
 
 
 # name -> (type, minimum, maximum); bool is checked apart because bool is an int in Python.
@@ -91,28 +154,78 @@ _NUMBERS: dict[str, tuple[type, float, float]] = {
     "approval_window_days": (int, 1, 365),
 }
 _FLOATS = {name for name, (kind, _, _) in _NUMBERS.items() if kind is float}
-_BOOLEANS = {"enabled", "stop_on_established_application_error"}
-_LIMIT_KEYS = {f.name for f in fields(Limits)}
-_KNOWN_KEYS = set(_NUMBERS) | _BOOLEANS | {"partitions"}
+_BOOLEANS = {"enabled"}
+_LIMIT_KEYS = {f.name for f in fields(Limits)} - {"rules"}
+_KNOWN_KEYS = set(_NUMBERS) | _BOOLEANS | {"partitions", "rules"}
+# Kept so that documents written before the rule table still parse: stops are rules now.
+_RETIRED = {"stop_on_established_application_error"}
 
 
-def parse_policy(document: object) -> Policy:
-    """Validate a policy document (missing keys take defaults) or raise ``InvalidPolicy``."""
+def parse_policy(document: object, signatures: Collection[str] | None = None) -> Policy:
+    """Validate a policy document (missing keys take defaults) or raise ``InvalidPolicy``.
+
+    ``signatures``, when given, are the signature names a rule may name (the built-in ones and
+    the cluster's own); without it any well-formed name is accepted."""
     if not isinstance(document, Mapping):
         raise InvalidPolicy(["the policy must be a JSON object"])
     problems: list[str] = []
-    values = _check_values(document, _KNOWN_KEYS - {"partitions"}, "", problems)
-    partitions = _parse_partitions(document.get("partitions", {}), problems)
+    values = _check_values(document, _KNOWN_KEYS - {"partitions", "rules"}, "", problems)
+    rules = _parse_rules(document.get("rules", {}), "rules", signatures, problems)
+    if document.get("stop_on_established_application_error") is False:
+        # The setting the rule table replaced: off meant application errors were restarted.
+        rules.setdefault(Category.APPLICATION_ERROR, Action.RESTART)
+    partitions = _parse_partitions(document.get("partitions", {}), signatures, problems)
     if problems:
         raise InvalidPolicy(problems)
-    limits = Limits(**{k: v for k, v in values.items() if k in _LIMIT_KEYS})
+    limits = Limits(rules=rules, **{k: v for k, v in values.items() if k in _LIMIT_KEYS})
     policy = Policy(limits=limits, **{k: v for k, v in values.items() if k not in _LIMIT_KEYS})
     return replace(
-        policy, partitions={name: replace(limits, **given) for name, given in partitions.items()}
+        policy,
+        partitions={
+            name: replace(limits, **{**given, "rules": given.get("rules", {})})
+            for name, given in partitions.items()
+        },
     )
 
 
-def _parse_partitions(raw: object, problems: list[str]) -> dict[str, dict[str, Any]]:
+def _parse_rules(
+    raw: object, where: str, signatures: Collection[str] | None, problems: list[str]
+) -> dict[str, Action]:
+    if not isinstance(raw, Mapping):
+        problems.append(f"{where} must be an object of category or signature to action")
+        return {}
+    if len(raw) > MAX_RULES:
+        problems.append(f"{where} has {len(raw)} rules; at most {MAX_RULES} are allowed")
+        return {}
+    parsed: dict[str, Action] = {}
+    for key, action in raw.items():
+        problem = _rule_key_problem(key, signatures) or _action_problem(action)
+        if problem:
+            problems.append(f"{where}.{str(key)[:80]} {problem}")
+        else:
+            parsed[key] = Action(action)
+    return parsed
+
+
+def _rule_key_problem(key: object, signatures: Collection[str] | None) -> str | None:
+    if not isinstance(key, str) or not key or len(key) > 64 or set(key) - SIGNATURE_NAME:
+        return "is not a category, a signature name or node_local"
+    if key == NODE_LOCAL or key in CATEGORIES or key in DEFAULT_RULES:
+        return None
+    if signatures is not None and key not in signatures:
+        return "names no category and no signature this cluster has"
+    return None
+
+
+def _action_problem(action: object) -> str | None:
+    if isinstance(action, str) and action in ACTIONS:
+        return None
+    return f"must be one of {', '.join(sorted(ACTIONS))}"
+
+
+def _parse_partitions(
+    raw: object, signatures: Collection[str] | None, problems: list[str]
+) -> dict[str, dict[str, Any]]:
     if not isinstance(raw, Mapping):
         problems.append("partitions must be an object of partition name to overrides")
         return {}
@@ -123,7 +236,13 @@ def _parse_partitions(raw: object, problems: list[str]) -> dict[str, dict[str, A
         elif not isinstance(overrides, Mapping):
             problems.append(f"partitions.{name} must be an object")
         else:
-            parsed[name] = _check_values(overrides, _LIMIT_KEYS, f"partitions.{name}.", problems)
+            where = f"partitions.{name}."
+            given = {k: v for k, v in overrides.items() if k != "rules"}
+            parsed[name] = _check_values(given, _LIMIT_KEYS, where, problems)
+            if "rules" in overrides:
+                parsed[name]["rules"] = _parse_rules(
+                    overrides["rules"], f"{where}rules", signatures, problems
+                )
     return parsed
 
 
@@ -132,7 +251,7 @@ def _check_values(
 ) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, value in document.items():
-        if key == "partitions" and not prefix:
+        if not prefix and key in {"partitions", "rules"} or key in _RETIRED:
             continue
         if key not in allowed:
             problems.append(f"{prefix}{key} is not a policy setting")
@@ -157,124 +276,12 @@ def _problem_with(key: str, value: object) -> str | None:
     return None
 
 
+def _limits_document(limits: Limits) -> dict[str, Any]:
+    return {k: v for k, v in asdict(limits).items() if k != "rules"}
+
+
 def _changed_limits(limits: Limits, defaults: Limits) -> dict[str, Any]:
-    return {k: v for k, v in asdict(limits).items() if getattr(defaults, k) != v}
-
-
-# --- decisions ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What to do, with every reason that led there."""
-
-    action: Action
-    exclude: tuple[str, ...] = ()
-    drain: tuple[str, ...] = ()
-    reasons: tuple[str, ...] = ()
-
-
-# Application errors a retry cannot fix when the log establishes them.
-UNFIXABLE_BY_RETRY = frozenset({"application_error"})
-
-
-def decide(policy: Policy, incident: Incident, history: History, comment: str = "") -> Decision:
-    """The recovery decision for one interruption: restart by default, stop only when the log
-    establishes an error no retry fixes or retries are unproductive, exclude and drain nodes
-    the evidence names (within the circuit breaker)."""
-    opt = job_options(comment)
-    limits = _job_limits(policy.limits_for(incident.partition), opt)
-    reasons: list[str] = []
-    if not limits.enabled:
-        return Decision(Action.NONE, reasons=("recovery is disabled for this job or partition",))
-    stop = _stop_reason(policy, incident, history, limits)
-    if stop:
-        return Decision(Action.STOP, reasons=(stop,))
-    if incident.kind == "straggler" and not incident.hosts:
-        return Decision(Action.NONE, reasons=("a slowdown with no node to blame: reported only",))
-    isolated = isolate(policy.isolation_rules, incident, history)
-    exclude, drain = isolated.exclude, isolated.drain
-    reasons.extend(isolated.reasons)
-    if exclude:
-        reasons.insert(0, f"the evidence implicates {', '.join(exclude)}: restart without it")
-        return Decision(Action.RESTART_EXCLUDING_NODE, exclude, drain, tuple(reasons))
-    reasons.insert(0, _restart_reason(incident))
-    return Decision(Action.RESTART, (), drain, tuple(reasons))
-
-
-def job_options(comment: str) -> dict[str, Any]:
-    """The ``recovery`` key of a job's Slurm comment (JSON): ``false`` opts out, an object may
-    carry ``enabled`` and the job's own ``max_restarts_per_workload``/``..._per_root_cause``."""
-    try:
-        document = json.loads(comment) if comment.strip().startswith("{") else {}
-    except ValueError:
-        return {}
-    value = document.get("recovery") if isinstance(document, dict) else None
-    if value is False:
-        return {"enabled": False}
-    return value if isinstance(value, dict) else {}
-
-
-def _job_limits(limits: Limits, options: Mapping[str, Any]) -> Limits:
-    """A job may opt out or lower its limits; it can never raise them above the cluster's."""
-    enabled = limits.enabled and options.get("enabled", True) is not False
-    restarts, retries = limits.max_restarts_per_workload, limits.max_retries_per_root_cause
-    if _count(options.get("max_restarts_per_workload")) is not None:
-        restarts = min(restarts, int(options["max_restarts_per_workload"]))
-    if _count(options.get("max_retries_per_root_cause")) is not None:
-        retries = min(retries, int(options["max_retries_per_root_cause"]))
-    return replace(
-        limits,
-        enabled=enabled,
-        max_restarts_per_workload=restarts,
-        max_retries_per_root_cause=retries,
-    )
-
-
-def _count(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _stop_reason(policy: Policy, incident: Incident, history: History, limits: Limits) -> str:
-    if (
-        policy.stop_on_established_application_error
-        and incident.category in UNFIXABLE_BY_RETRY
-        and incident.confidence_label == "established"
-    ):
-        return "the log establishes an application error that a restart cannot fix"
-    if history.restarts >= limits.max_restarts_per_workload:
-        return f"the workload has used its {limits.max_restarts_per_workload} restarts"
-    retries = retries_without_progress(history.root_causes, incident.root_cause, incident.step)
-    if retries >= limits.max_retries_per_root_cause:
-        return (
-            f"{retries} restarts after '{incident.root_cause}' made no progress "
-            f"(limit {limits.max_retries_per_root_cause})"
-        )
-    return ""
-
-
-def retries_without_progress(
-    past: Sequence[tuple[str, int | None]], root_cause: str, step: int | None
-) -> int:
-    """How many times in a row, counting back from now, the workload failed for this same root
-    cause without getting further; any progress (a later step) resets the count."""
-    count, reached = 0, step
-    for cause, past_step in reversed(past):
-        if cause != root_cause:
-            break
-        progressed = reached is not None and past_step is not None and reached > past_step
-        if progressed:
-            break
-        count, reached = count + 1, past_step
-    return count
-
-
-def _restart_reason(incident: Incident) -> str:
-    if incident.kind == "hang":
-        return "the job stopped making progress: restart it from its last checkpoint"
-    if incident.attribution in {"application", "none"}:
-        return (
-            "not established as an error a retry cannot fix: restart "
-            "(a missed stop costs a bounded number of restarts; a false stop, an outage)"
-        )
-    return f"a {incident.category.replace('_', ' ')} failure with no node to blame: restart"
+    changed = {k: v for k, v in _limits_document(limits).items() if getattr(defaults, k) != v}
+    if limits.rules:
+        changed["rules"] = {key: action.value for key, action in limits.rules.items()}
+    return changed

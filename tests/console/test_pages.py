@@ -345,7 +345,7 @@ XID_LOG = (
 
 
 def test_a_pasted_log_is_diagnosed_with_its_evidence_lines(cluster) -> None:
-    response = client_for("viewer").post("/signals/", {"text": XID_LOG, "gpus_per_node": 8})
+    response = client_for("viewer").post("/signals/", {"text": XID_LOG, "tasks_per_node": 8})
     page = text(response)
     assert response.status_code == 200
     assert 'data-field="category">gpu_hardware' in page
@@ -357,7 +357,7 @@ def test_an_uploaded_file_with_bad_bytes_says_what_was_skipped(cluster) -> None:
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     upload = SimpleUploadedFile("slurm-1.out", XID_LOG.encode() + b"\x00\xff\xfe broken\n")
-    response = client_for("viewer").post("/signals/", {"upload": upload, "gpus_per_node": 8})
+    response = client_for("viewer").post("/signals/", {"upload": upload, "tasks_per_node": 8})
     page = text(response)
     assert 'data-field="kind">crash' in page
     assert "Nul bytes stripped: 1" in page
@@ -365,7 +365,7 @@ def test_an_uploaded_file_with_bad_bytes_says_what_was_skipped(cluster) -> None:
 
 
 def test_nothing_to_diagnose_is_an_error(cluster) -> None:
-    response = client_for("viewer").post("/signals/", {"text": "", "gpus_per_node": 8})
+    response = client_for("viewer").post("/signals/", {"text": "", "tasks_per_node": 8})
     assert response.status_code == 400
     assert "Paste a log or choose a file" in text(response)
 
@@ -383,6 +383,6 @@ def test_a_clusters_custom_signatures_are_used_when_asked(cluster) -> None:
     }
     update_detection_settings("test", cluster, signatures=[signature])
     client = client_for("viewer")
-    form = {"text": "fabricd: link down\n", "gpus_per_node": 8}
+    form = {"text": "fabricd: link down\n", "tasks_per_node": 8}
     assert "site_fabric_down" not in text(client.post("/signals/", form))
     assert "site_fabric_down" in text(client.post("/signals/", form | {"cluster": "research"}))

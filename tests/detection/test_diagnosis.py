@@ -24,7 +24,7 @@ from recovery_console.fleet.core.taxonomy import (
     Kind,
 )
 
-EIGHT_NODES = DiagnosisContext(nodes=tuple(f"node-{i:02d}" for i in range(8)), gpus_per_node=8)
+EIGHT_NODES = DiagnosisContext(nodes=tuple(f"node-{i:02d}" for i in range(8)), tasks_per_node=8)
 
 
 def diagnose(*lines: str, context: DiagnosisContext | None = None) -> Diagnosis:
@@ -85,7 +85,7 @@ def test_timeouts_alone_are_a_hang_restarted_without_naming_a_node() -> None:
 
 
 def test_the_one_rank_missing_from_the_timeouts_names_its_node() -> None:
-    context = DiagnosisContext(nodes=("node-a", "node-b"), gpus_per_node=4)
+    context = DiagnosisContext(nodes=("node-a", "node-b"), tasks_per_node=4)
     result = diagnose(*(watchdog(rank) for rank in range(8) if rank != 6), context=context)
     assert result.kind is Kind.HANG
     assert result.implicated_hosts == ("node-b",)
@@ -96,7 +96,7 @@ def test_the_one_rank_missing_from_the_timeouts_names_its_node() -> None:
 
 def test_the_one_rank_stuck_on_an_earlier_collective_names_its_node() -> None:
     lines = [watchdog(rank, seq=1580) for rank in range(8) if rank != 2] + [watchdog(2, seq=1579)]
-    result = diagnose(*lines, context=DiagnosisContext(nodes=("node-a", "node-b"), gpus_per_node=4))
+    result = diagnose(*lines, context=DiagnosisContext(nodes=("node-a", "node-b"), tasks_per_node=4))
     assert result.implicated_hosts == ("node-a",)
     assert result.action is Action.RESTART_EXCLUDING_NODE
 

@@ -198,6 +198,8 @@ class LineFields:
     job_id: str | None = None
     pci: str | None = None
     xid: int | None = None
+    # The host is where the line was read from (a node's own log), not something it says.
+    host_from_stream: bool = False
 
     @property
     def stream(self) -> tuple[str | None, int | None, int | None]:
@@ -236,6 +238,8 @@ class MatchGroup(Classified):
     text: str
     line_numbers: tuple[int, ...] = ()
     hosts: tuple[str, ...] = ()
+    # Of ``hosts``, those known only from where the lines were read.
+    stream_hosts: tuple[str, ...] = ()
     ranks: tuple[int, ...] = ()
     local_ranks: tuple[int, ...] = ()
     gpus: tuple[int, ...] = ()

@@ -73,6 +73,8 @@ class _Accumulator:
         self.count = 0
         self.lines: list[int] = []
         self.hosts: set[str] = set()
+        self.stream_hosts: set[str] = set()
+        self.named: set[str] = set()
         self.ranks: set[int] = set()
         self.local_ranks: set[int] = set()
         self.gpus: set[int] = set()
@@ -89,6 +91,10 @@ class _Accumulator:
             self.lines.append(hit.line_no)
         fields = hit.fields
         _remember(self.hosts, fields.host)
+        if fields.host_from_stream:
+            _remember(self.stream_hosts, fields.host)
+        else:
+            _remember(self.named, fields.host)
         _remember(self.ranks, fields.rank)
         _remember(self.local_ranks, fields.local_rank)
         _remember(self.gpus, fields.gpu)
@@ -113,6 +119,8 @@ class _Accumulator:
             text=first.text,
             line_numbers=tuple(self.lines),
             hosts=tuple(sorted(self.hosts)),
+            # A host some line names outright counts as named, though other lines only came from it.
+            stream_hosts=tuple(sorted(self.stream_hosts - self.named)),
             ranks=tuple(sorted(self.ranks)),
             local_ranks=tuple(sorted(self.local_ranks)),
             gpus=tuple(sorted(self.gpus)),
@@ -281,7 +289,7 @@ class SignatureLibrary:
             groups = found[2]
             fields = extract_fields(line, groups)
             if fields.host is None and hint:
-                fields = dataclasses.replace(fields, host=hint)
+                fields = dataclasses.replace(fields, host=hint, host_from_stream=True)
             if signature.internal:
                 state.note_frame(fields, groups, signature.name == "python_traceback_start")
                 return _TRACEBACK

@@ -52,7 +52,7 @@ def _diagnose(form: TestSignalsForm) -> dict[str, Any]:
     nodes = form.node_list()
     diagnosis = diagnose_lines(
         lines,
-        DiagnosisContext(nodes=nodes, gpus_per_node=form.cleaned_data["gpus_per_node"]),
+        DiagnosisContext(nodes=nodes, tasks_per_node=form.cleaned_data["tasks_per_node"]),
         library=library,
     )
     result = diagnosis.to_dict()

@@ -2,7 +2,8 @@
 
 Prints one JSON object (DESIGN.md §3); with ``--jsonl`` reads records ``{"id", "text"}`` and
 prints one result per line with its ``id``. Any bytes are accepted: what had to be skipped or
-repaired is reported on stderr, never fatal.
+repaired is reported on stderr, never fatal. The decision is the policy's (the defaults, or the
+cluster's with ``--cluster``), as the loop would make it for a workload's first failure.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from detection.core.context import DiagnosisContext
 from detection.core.decoding import DecodeReport
-from detection.core.diagnosis import diagnose_bytes
-from detection.core.signatures import InvalidSignature, SignatureLibrary, build_library
+from detection.core.signatures import SignatureLibrary
+from remediation.core.policy import Policy
+from remediation.core.verdict import judge_excerpt
 
 # The end of a log holds the failure; past this size only the last part is read.
 MAX_INPUT_BYTES = 512 * 1024 * 1024
@@ -30,18 +32,34 @@ class Command(BaseCommand):
         parser.add_argument("path", help="a log file, or - to read standard input")
         parser.add_argument("--jsonl", action="store_true", help='records of {"id", "text"}')
         parser.add_argument("--nodes", default="", help="the attempt's nodes in rank order")
-        parser.add_argument("--gpus-per-node", type=int, default=8)
-        parser.add_argument("--cluster", help="also use this cluster's custom signatures")
+        parser.add_argument(
+            "--tasks-per-node",
+            "--gpus-per-node",
+            dest="tasks_per_node",
+            type=int,
+            default=8,
+            help="ranks per node, for the rank -> node layout (default 8)",
+        )
+        parser.add_argument("--host", help="the node whose own log the excerpt is")
+        parser.add_argument(
+            "--cluster", help="decide with this cluster's policy and custom signatures"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        library = self._library(options.get("cluster"))
-        nodes = tuple(n for n in options["nodes"].split(",") if n)
-        context = DiagnosisContext(nodes=nodes, gpus_per_node=options["gpus_per_node"])
+        if options["tasks_per_node"] < 1:
+            raise CommandError("--tasks-per-node must be at least 1")
+        policy, library = self._cluster(options.get("cluster"))
+        nodes = tuple(n.strip() for n in options["nodes"].split(",") if n.strip())
+        context = DiagnosisContext(
+            nodes=nodes,
+            tasks_per_node=options["tasks_per_node"],
+            source_host=options.get("host") or None,
+        )
         with self._open(options["path"]) as stream:
             if options["jsonl"]:
-                self._records(stream, context, library)
+                self._records(stream, context, policy, library)
             else:
-                self._excerpt(stream, context, library)
+                self._excerpt(stream, context, policy, library)
 
     def _open(self, path: str) -> BinaryIO:
         if path == "-":
@@ -52,24 +70,28 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror}") from exc
 
-    def _library(self, cluster_name: str | None) -> SignatureLibrary | None:
-        # No cluster: the built-in signatures only, and no database needed.
+    def _cluster(self, cluster_name: str | None) -> tuple[Policy | None, SignatureLibrary | None]:
+        # No cluster: the default policy and the built-in signatures, and no database needed.
         if not cluster_name:
-            return None
-        from detection.services import custom_signatures_of  # noqa: PLC0415 - needs the DB
+            return None, None
+        from remediation.services import ClusterUnknown, excerpt_settings  # noqa: PLC0415
 
         try:
-            return build_library(custom_signatures_of(cluster_name))
-        except InvalidSignature as exc:
-            raise CommandError(f"cluster {cluster_name}: {exc}") from exc
+            return excerpt_settings(cluster_name)
+        except ClusterUnknown as exc:
+            raise CommandError(str(exc)) from exc
 
-    def _excerpt(self, stream: BinaryIO, context: DiagnosisContext, library: Any) -> None:
+    def _excerpt(
+        self, stream: BinaryIO, context: DiagnosisContext, policy: Any, library: Any
+    ) -> None:
         data, skipped = _read_tail(stream)
-        diagnosis, report = diagnose_bytes(data, context, library=library)
-        self.stdout.write(json.dumps(diagnosis.to_dict()))
+        verdict, report = judge_excerpt(data, context, policy, library)
+        self.stdout.write(json.dumps(verdict.to_dict()))
         self._report(report, skipped)
 
-    def _records(self, stream: BinaryIO, context: DiagnosisContext, library: Any) -> None:
+    def _records(
+        self, stream: BinaryIO, context: DiagnosisContext, policy: Any, library: Any
+    ) -> None:
         for number, raw in enumerate(stream, start=1):
             if not raw.strip():
                 continue
@@ -84,8 +106,8 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps({"id": None, "record": number, "error": str(exc)}))
                 continue
             # Encoded back, so both modes go through the same byte-level decoding.
-            diagnosis, _ = diagnose_bytes(text.encode("utf-8", "replace"), context, library=library)
-            self.stdout.write(json.dumps({"id": record.get("id"), **diagnosis.to_dict()}))
+            verdict, _ = judge_excerpt(text.encode("utf-8", "replace"), context, policy, library)
+            self.stdout.write(json.dumps({"id": record.get("id"), **verdict.to_dict()}))
 
     def _report(self, report: DecodeReport, skipped_bytes: int) -> None:
         notes = [

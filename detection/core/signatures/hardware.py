@@ -1,0 +1,222 @@
+"""Built-in signatures of the hardware and the fabric: GPUs and their driver, NVLink, PCIe, the
+fabric manager, and the InfiniBand/RoCE network as NCCL and the kernel report it.
+
+Node-local evidence (the node must be taken out) is graded after the vendors' catalogues: NVIDIA's
+Xid catalogue (``xid.py``), the driver's own reset and GSP messages, the kernel's AER severities,
+and the HCA's async events. Consequences (a peer that went away) are cascades.
+"""
+
+from __future__ import annotations
+
+from detection.core.signatures.entries import (
+    HW_NODE,
+    HW_NODE_ERROR,
+    NET_CASCADE,
+    NET_ERROR,
+    NET_NODE,
+    A,
+    C,
+    K,
+    R,
+    S,
+    hint,
+    sig,
+)
+from detection.core.signatures.model import classify
+from detection.core.signatures.refiners import flood, refine_ib, refine_xid
+
+GPU = (
+    sig(
+        "nvrm_xid",
+        r"NVRM: Xid \((?:PCI:)?(?P<pci>[^)\n]{0,64})\):\s*(?P<xid>\d{1,4})",
+        HW_NODE,
+        "NVIDIA driver Xid event, graded by NVIDIA's Xid catalogue.",
+        refine=refine_xid,
+    ),
+    sig(
+        "nvswitch_sxid",
+        r"SXid \((?:PCI:)?(?P<pci>[^)\n]{0,64})\):\s*(?P<sxid>\d{1,6})",
+        classify(K.CRASH, C.GPU_HARDWARE, A.HARDWARE, R.INITIATING, False, S.WARNING),
+        "NVSwitch SXid event.",
+    ),
+    sig(
+        "gpu_fallen_off_bus",
+        r"(?i)fallen off the bus|GPU is lost\b|\bGPU lost\b",
+        HW_NODE,
+        "The GPU disappeared from PCIe (Xid 79).",
+        refine=flood,
+    ),
+    sig(
+        "gpu_uncorrectable_ecc",
+        r"(?i)uncorrectable ECC error|ECC_UNCORRECTABLE|double bit ECC|\bDBE\b[^\n]{0,40}error",
+        HW_NODE,
+        "Uncorrectable GPU memory error.",
+    ),
+    sig(
+        "gpu_row_remap_failure",
+        r"(?i)row remap(?:ping|per)? failure|Remapping Failure Occurred\s*:\s*Yes"
+        r"|RETIRED_PAGES_PENDING|pending page retirement",
+        HW_NODE,
+        "The GPU could not remap a failing memory row (or retire a page): it needs a reset.",
+    ),
+    sig(
+        "gpu_nvlink_error",
+        r"(?i)uncorrectable NVLink error|NVLink[^\n]{0,80}\b(?:fatal|uncorrectable)\b"
+        r"|nvlink[^\n]{0,40}link (?:is )?down",
+        HW_NODE,
+        "Uncorrectable NVLink error.",
+    ),
+    sig(
+        "gpu_gsp_timeout",
+        r"NVRM:[^\n]{0,120}(?:Heartbeat timed out|GSP Timeout|_kgspLogRpcTimeout"
+        r"|GSP RPC timeout|Memory Subsystem Error detected)",
+        HW_NODE,
+        "The GPU's system processor (GSP) stopped answering: the GPU needs a reset.",
+        refine=flood,
+    ),
+    sig(
+        "gpu_reset_required",
+        r"(?i)GPU (?:requires|needs) (?:a )?reset|\bGPU Reset Required\b|Node Reboot Required"
+        r"|RmInitAdapter failed|reset gpu to activate",
+        HW_NODE_ERROR,
+        "The driver says the GPU needs a reset or the node a reboot.",
+    ),
+    sig(
+        "pcie_aer_fatal",
+        r"AER: (?:Uncorrected|Uncorrectable) \((?:Fatal|Non-Fatal)\) error"
+        r"|PCIe Bus Error: severity=(?:Uncorrected|Uncorrectable|Fatal)",
+        HW_NODE_ERROR,
+        "An uncorrectable PCIe error (AER) on the node.",
+        refine=flood,
+    ),
+    sig(
+        "pcie_aer_corrected",
+        r"AER: Corrected error|PCIe Bus Error: severity=Corrected",
+        hint(C.GPU_HARDWARE, A.HARDWARE),
+        "A corrected PCIe error: logged and fixed by the hardware.",
+    ),
+    sig(
+        "fabric_manager_error",
+        r"(?i)fabric ?manager[^\n]{0,120}(?:fail|error|not running|timed out|could not)"
+        r"|nv-fabricmanager[^\n]{0,80}(?:fail|error)"
+        r"|NVLS multicast support is not available"
+        r"|transport/nvls\.cc[^\n]{0,80}NCCL WARN Cuda failure"
+        r"|NVSwitch[^\n]{0,80}(?:fatal|uncorrectable|error detected)",
+        HW_NODE_ERROR,
+        "NVSwitch fabric or its fabric manager failed (NVLink SHARP and multi-node NVLink "
+        "need it).",
+    ),
+    sig(
+        "gpu_unavailable",
+        r"CUDA-capable device\(s\) is/are busy or unavailable"
+        r"|Unable to determine the device handle for GPU"
+        r"|NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"
+        r"|no CUDA-capable device is detected",
+        classify(K.CRASH, C.GPU_HARDWARE, A.SYSTEM_SOFTWARE, R.INITIATING, True, S.ERROR),
+        "A GPU of the node cannot be used.",
+    ),
+    sig(
+        "gpu_cuda_unknown_error",
+        r"CUDA error: unknown error|cudaErrorUnknown|\(error code unknown error\)"
+        r"|CUDA_ERROR_UNKNOWN|Cuda failure 999\b",
+        HW_NODE_ERROR,
+        "CUDA reports an unknown error: the GPU (or its driver) failed under the job.",
+    ),
+    sig(
+        "cuda_launch_failure",
+        r"(?i)unspecified launch failure|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED",
+        HW_NODE_ERROR,
+        "A kernel crashed without an application cause: a GPU fault unless shown otherwise.",
+    ),
+    sig(
+        "rerun_persistent_error",
+        r"Possible persistent error!|unexpected result is not reproducible on a different GPU",
+        HW_NODE,
+        "A re-run on another GPU did not reproduce the result: the first GPU is faulty.",
+    ),
+    sig(
+        "rerun_transient_error",
+        r"Possible transient error!",
+        classify(K.CRASH, C.GPU_HARDWARE, A.HARDWARE, R.INITIATING, False, S.ERROR),
+        "A re-run on the same GPU did not reproduce the result: a transient fault.",
+    ),
+)
+
+NETWORK = (
+    sig(
+        "nccl_ib_completion_error",
+        r"NET/IB\w* ?: ?Got completion from peer (?P<peer>[^\s<,]{1,200})(?:<\d+>)?"
+        r" with (?:error (?P<ibstatus>\d+)|status=(?P<ibstatus2>\d+))",
+        NET_NODE,
+        "InfiniBand/RoCE work completion error (status 12: transport retry counter exceeded).",
+        refine=refine_ib,
+    ),
+    sig(
+        "ib_async_event",
+        r"NET/IB ?: ?Got async event ?: ?(?:local catastrophic error|port error"
+        r"|device fatal|local work queue catastrophic error|QP fatal)",
+        NET_NODE,
+        "The HCA reported a fatal event (catastrophic error, port error).",
+        refine=flood,
+    ),
+    sig(
+        "ib_link_down",
+        r"mlx5_core[^\n]{0,160}(?:[Ll]ink down|Port module event[^\n]{0,80}(?:unplugged|down)"
+        r"|health recovery|device's health compromised|FW fatal error)"
+        r"|\bib\d*: (?:link (?:becomes )?down|Link is Down)"
+        r"|(?:mlx5_\d+|ibp\S+) port \d+ state (?:changed to )?DOWN"
+        r"|NETDEV WATCHDOG: \S+ \([^)\n]{1,40}\): transmit queue \d+ timed out",
+        NET_NODE,
+        "The node's InfiniBand/RoCE link or adapter went down.",
+        refine=flood,
+    ),
+    sig(
+        "ibverbs_call_failed",
+        r"Call to ibv_(?:modify_qp|create_qp|reg_mr|reg_dmabuf_mr|open_device|poll_cq)"
+        r" failed(?: with error (?P<ibverr>[^\n]{1,80}))?",
+        NET_NODE,
+        "An InfiniBand verbs call failed on this node (its HCA or link).",
+        refine=flood,
+    ),
+    sig(
+        "nccl_network_config",
+        r"Bootstrap ?: ?no socket interface found|no socket interface found"
+        r"|NET/Socket ?: ?No (?:usable )?(?:listening )?interface found"
+        r"|NCCL_SOCKET_IFNAME[^\n]{0,80}(?:not found|invalid|no interface)"
+        r"|NCCL_IB_HCA[^\n]{0,80}(?:not found|no device)"
+        r"|NET/IB ?: ?No device found",
+        NET_ERROR,
+        "NCCL cannot find the network interface it is configured to use.",
+        refine=flood,
+    ),
+    sig(
+        "nccl_remote_error",
+        r"(?i)remote process exited or there was a network error|ncclRemoteError"
+        r"|Connection closed by remote peer"
+        r"|(?i:nccl|socket|\bnet\b|recv|send|store|c10d)[^\n]{0,200}(?:Connection reset by peer"
+        r"|Broken pipe)"
+        r"|NET/OFI [^\n]{0,200}completed with error",
+        NET_CASCADE,
+        "A peer went away; usually the consequence of a failure elsewhere.",
+        refine=flood,
+    ),
+    sig(
+        "nccl_system_error",
+        r"unhandled system error|ncclSystemError",
+        NET_ERROR,
+        "NCCL system call (socket, memory) failure.",
+    ),
+    sig(
+        "c10d_rendezvous_error",
+        r"Rendezvous(?:Timeout|Connection|Closed|State)?Error",
+        NET_ERROR,
+        "torchrun rendezvous failed.",
+    ),
+    sig(
+        "c10d_store_error",
+        r"DistStoreError|DistNetworkError|client socket has timed out|connect\(\) timed out"
+        r"|TCPStore[^\n]{0,120}(?:timed out|timeout|failed|refused)|Socket Timeout",
+        NET_ERROR,
+        "The c10d key-value store (TCPStore) could not be reached.",
+    ),
+)

@@ -1,0 +1,236 @@
+"""The recovery decision for one attributed interruption: the policy's rule, then the bounds
+around it (restart caps, retries without progress), then isolation within the circuit breaker.
+
+Pure Python. Every decision carries its reasons; a stop also says what the user must change.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from recovery_console.fleet.core.taxonomy import Action
+
+from .incident import History, Incident
+from .isolation import isolate
+from .policy import NODE_LOCAL, Limits, Policy, rule_for
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do, with every reason that led there; ``rule`` names the rule table's key that
+    chose the action, ``fix`` what to change before resubmitting (stops only)."""
+
+    action: Action
+    exclude: tuple[str, ...] = ()
+    drain: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+    rule: str = ""
+    fix: str = ""
+
+
+# What a user changes before resubmitting, by the rule that stopped the job.
+FIXES: Mapping[str, str] = {
+    "cuda_oom": (
+        "the job runs out of GPU memory with these settings: lower the micro-batch size or the "
+        "sequence length, enable activation checkpointing or more sharding (ZeRO, FSDP), or "
+        "use more GPUs"
+    ),
+    "application_error": "fix the error in the code or the configuration, then resubmit",
+    "numerical_divergence": (
+        "training diverged: resume from an earlier checkpoint with a lower learning rate or "
+        "another data order, or find what produces the NaN/Inf (fp16 overflow, bad samples)"
+    ),
+    "fs_no_space": "the filesystem (or the quota) is full: free space or write elsewhere",
+    "fs_read_only": "the filesystem is mounted read-only: fix the mount or write elsewhere",
+    "fs_stale_handle": "a shared filesystem handle went stale: remount it or move the files",
+    "host_oom_killer": (
+        "the node ran out of host memory: use fewer DataLoader workers or less pinned memory, "
+        "or request more memory from Slurm (--mem)"
+    ),
+    "slurm_oom_kill": (
+        "Slurm killed the step for exceeding its memory: request more (--mem, --mem-per-gpu) or "
+        "use less host memory"
+    ),
+    "dataloader_worker_killed": (
+        "DataLoader workers are being killed (host memory): use fewer workers or less memory "
+        "per worker"
+    ),
+    "nccl_network_config": (
+        "NCCL cannot use the network it is told to: fix NCCL_SOCKET_IFNAME / NCCL_IB_HCA or the "
+        "interfaces on every node"
+    ),
+}
+GENERIC_FIX = "a retry would fail the same way: fix the cause, then resubmit"
+
+
+def decide(policy: Policy, incident: Incident, history: History, comment: str = "") -> Decision:
+    """The decision for one interruption: the rule table's action, bounded by the limits, with
+    the nodes to exclude and drain (within the circuit breaker)."""
+    limits = _job_limits(policy.limits_for(incident.partition), job_options(comment))
+    if not limits.enabled:
+        return Decision(Action.NONE, reasons=("recovery is disabled for this job or partition",))
+    action, rule = rule_for(
+        policy.rules_for(incident.partition),
+        incident.signature,
+        incident.node_local,
+        incident.category,
+    )
+    if action is Action.STOP:
+        return _stop(incident, rule)
+    if action is Action.NONE:
+        return Decision(Action.NONE, reasons=(_none_reason(incident, rule),), rule=rule)
+    bound = _bound_reason(incident, history, limits)
+    if bound:
+        return Decision(Action.STOP, reasons=(bound,), rule="limits", fix=_bound_fix(incident))
+    if action is Action.RESTART_EXCLUDING_NODE:
+        return _exclude(policy, incident, history, rule)
+    return _restart(incident, history, rule)
+
+
+def _stop(incident: Incident, rule: str) -> Decision:
+    fix = FIXES.get(rule) or FIXES.get(incident.category) or GENERIC_FIX
+    if incident.detail:
+        fix = f"{fix} ({incident.detail})"
+    what = incident.category.replace("_", " ")
+    reason = f"a {what} ({_rule_words(rule)}) repeats on a retry: stop; to fix: {fix}"
+    return Decision(Action.STOP, reasons=(reason,), rule=rule, fix=fix)
+
+
+def _none_reason(incident: Incident, rule: str) -> str:
+    if incident.kind == "straggler":
+        return "a slowdown with no node to blame: reported only"
+    if rule == "slurm_cancelled":
+        return "the job was cancelled by a person, not by a failure: nothing to do"
+    return f"nothing to recover from ({_rule_words(rule)}): no action"
+
+
+def _exclude(policy: Policy, incident: Incident, history: History, rule: str) -> Decision:
+    isolated = isolate(policy.isolation_rules, incident, history)
+    new = [h for h in isolated.exclude if h not in history.excluded]
+    if new:
+        reason = f"node-local evidence implicates {', '.join(new)}: restart without it"
+        return Decision(
+            Action.RESTART_EXCLUDING_NODE,
+            isolated.exclude,
+            isolated.drain,
+            (reason, *isolated.reasons),
+            rule=rule,
+        )
+    if not incident.hosts:
+        # The evidence is node-local but says nothing of which node: the advice still says so,
+        # so a person (or an origin the loop knows) can name it.
+        reason = (
+            "node-local evidence, but the log does not say which node: restart without the node "
+            "that logged it"
+        )
+        return Decision(
+            Action.RESTART_EXCLUDING_NODE,
+            isolated.exclude,
+            (),
+            (reason, *isolated.reasons),
+            rule=rule,
+        )
+    # The hosts are named but may not be isolated (only suspected, or the breaker refused).
+    return _restart(incident, history, rule, isolated.reasons)
+
+
+def _restart(
+    incident: Incident, history: History, rule: str, notes: Sequence[str] = ()
+) -> Decision:
+    reasons = [_restart_reason(incident, rule), *notes]
+    if history.excluded:
+        # Nodes earlier advice took out stay out: they are still suspect.
+        reasons.append(f"{', '.join(history.excluded)} stay excluded, as earlier advice said")
+        action = Action.RESTART_EXCLUDING_NODE
+    else:
+        action = Action.RESTART
+    return Decision(action, tuple(sorted(history.excluded)), (), tuple(reasons), rule=rule)
+
+
+def _restart_reason(incident: Incident, rule: str) -> str:
+    if incident.kind == "hang":
+        return "the job stopped making progress: restart it from its last checkpoint"
+    if rule == NODE_LOCAL:
+        return "node-local evidence, but the node cannot be taken out: restart"
+    return (
+        f"a transient {incident.category.replace('_', ' ')} failure ({_rule_words(rule)}): restart"
+    )
+
+
+def _rule_words(rule: str) -> str:
+    if rule == NODE_LOCAL:
+        return "rule node_local"
+    if rule == "default":
+        return "no rule matched"
+    return f"rule {rule}"
+
+
+def job_options(comment: str) -> dict[str, Any]:
+    """The ``recovery`` key of a job's Slurm comment (JSON): ``false`` opts out, an object may
+    carry ``enabled`` and the job's own ``max_restarts_per_workload``/``..._per_root_cause``."""
+    try:
+        document = json.loads(comment) if comment.strip().startswith("{") else {}
+    except (ValueError, RecursionError):
+        return {}
+    value = document.get("recovery") if isinstance(document, dict) else None
+    if value is False:
+        return {"enabled": False}
+    return value if isinstance(value, dict) else {}
+
+
+def _job_limits(limits: Limits, options: Mapping[str, Any]) -> Limits:
+    """A job may opt out or lower its limits; it can never raise them above the cluster's."""
+    enabled = limits.enabled and options.get("enabled", True) is not False
+    restarts, retries = limits.max_restarts_per_workload, limits.max_retries_per_root_cause
+    if _count(options.get("max_restarts_per_workload")) is not None:
+        restarts = min(restarts, int(options["max_restarts_per_workload"]))
+    if _count(options.get("max_retries_per_root_cause")) is not None:
+        retries = min(retries, int(options["max_retries_per_root_cause"]))
+    return replace(
+        limits,
+        enabled=enabled,
+        max_restarts_per_workload=restarts,
+        max_retries_per_root_cause=retries,
+    )
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _bound_reason(incident: Incident, history: History, limits: Limits) -> str:
+    if history.restarts >= limits.max_restarts_per_workload:
+        return f"the workload has used its {limits.max_restarts_per_workload} restarts: stop"
+    retries = retries_without_progress(history.root_causes, incident.root_cause, incident.step)
+    if retries >= limits.max_retries_per_root_cause:
+        return (
+            f"{retries} restarts after '{incident.root_cause}' made no progress "
+            f"(limit {limits.max_retries_per_root_cause}): stop"
+        )
+    return ""
+
+
+def _bound_fix(incident: Incident) -> str:
+    return (
+        f"look into the repeated {incident.category.replace('_', ' ')} before resubmitting: "
+        "restarts did not get the workload further"
+    )
+
+
+def retries_without_progress(
+    past: Sequence[tuple[str, int | None]], root_cause: str, step: int | None
+) -> int:
+    """How many times in a row, counting back from now, the workload failed for this same root
+    cause without getting further; any progress (a later step) resets the count."""
+    count, reached = 0, step
+    for cause, past_step in reversed(past):
+        if cause != root_cause:
+            break
+        progressed = reached is not None and past_step is not None and reached > past_step
+        if progressed:
+            break
+        count, reached = count + 1, past_step
+    return count
