@@ -50,6 +50,7 @@ from detection.core.signatures import (
     scan_lines,
 )
 from detection.core.telemetry import LogLine
+from detection.core.trends import LAGGING_MEMBER, trend_findings
 from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
 # --- entry points ---------------------------------------------------------------------------
@@ -64,6 +65,10 @@ def diagnose_lines(
 ) -> Interruption:
     """Diagnose decoded lines (one entry per line)."""
     scan = scan_lines(lines, library=library, host_hints=host_hints)
+    found = trend_findings(lines)
+    if found:
+        groups = sorted((*scan.groups, *found), key=lambda g: (g.first_line, g.signature))
+        scan = dataclasses.replace(scan, groups=tuple(groups))
     return diagnose_scan(scan, context)
 
 
@@ -92,7 +97,7 @@ def diagnose_log_lines(
 
 def diagnose_scan(scan: ScanResult, context: DiagnosisContext | None = None) -> Interruption:
     """The decision step: match groups in, the interruption (kind ``none`` if healthy) out."""
-    ctx = context or DiagnosisContext()
+    ctx = (context or DiagnosisContext()).with_excerpt_layout(scan.placements)
     initiating = scan.by_role(Role.INITIATING)
     cascades = scan.by_role(Role.CASCADE)
     hints = scan.by_role(Role.CONTEXT)
@@ -104,7 +109,9 @@ def diagnose_scan(scan: ScanResult, context: DiagnosisContext | None = None) -> 
         initiating = tuple(f for f in initiating if f.attribution is not Attribution.SCHEDULER)
         cascades = (*cascades, *endings)
     if initiating:
-        found = _from_initiating(_primary(initiating), initiating, cascades, hints, ctx)
+        found = _from_initiating(_primary(initiating, ctx), initiating, cascades, hints, ctx)
+    elif _cancelled_by_a_person(cascades, hints):
+        found = _cancelled(scan, cascades, hints)
     elif cascades:
         found = _from_cascades(cascades, hints, ctx)
     else:
@@ -157,17 +164,27 @@ def _interruption(
     )
 
 
-def _primary(initiating: Sequence[MatchGroup]) -> MatchGroup:
+# Evidence that is relative (a completion error between two peers, a rank slower than the
+# others) puts the fault on a node only where it singles the node out; a node's own adapter
+# failing (an HCA's fatal event, its link going down) does so whether or not it is named.
+_RELATIVE = frozenset({"nccl_ib_completion_error", "straggler_warning", LAGGING_MEMBER})
+# A node's own failure outranks the earlier symptoms it causes in the job.
+_NODE_FAULTS = frozenset({Category.GPU_HARDWARE, Category.NODE_OR_PROCESS_FAILURE})
+
+
+def _primary(initiating: Sequence[MatchGroup], ctx: DiagnosisContext) -> MatchGroup:
     """The root cause among initiating findings (they arrive sorted by first line)."""
-    hardware = [
+    node_faults = [
         f
         for f in initiating
-        if f.category is Category.GPU_HARDWARE
+        if f.category in _NODE_FAULTS
         and f.implicates_node
         and SEVERITY_RANK[f.severity] >= SEVERITY_RANK[Severity.ERROR]
     ]
-    if hardware:
-        return hardware[0]
+    if node_faults:
+        # The evidence that says which node beats evidence that only says "a node".
+        named = [f for f in node_faults if hosts_of(f, ctx)]
+        return (named or node_faults)[0]
     serious = [f for f in initiating if SEVERITY_RANK[f.severity] >= SEVERITY_RANK[Severity.ERROR]]
     return serious[0] if serious else initiating[0]
 
@@ -186,6 +203,8 @@ def _implicated(
     if primary.category is Category.INTERCONNECT_NETWORK and len(hosts) > 1:
         # Several hosts see completion errors: the fault is on the peer they share, which the
         # log names only by address.
+        return {}, True
+    if primary.signature in _RELATIVE and not hosts:
         return {}, True
     return hosts, False
 
@@ -212,6 +231,8 @@ def _from_initiating(
     hosts, ambiguous = _implicated(primary, initiating, ctx)
     others = [f for f in initiating if f is not primary]
     node_local = primary.implicates_node and not ambiguous
+    if primary.signature in _RELATIVE and not hosts:
+        ambiguous = False
     explanation = " ".join(
         part
         for part in (
@@ -336,16 +357,60 @@ def _suspect_rank(
     return None
 
 
+def _cancelled_by_a_person(cascades: Sequence[MatchGroup], hints: Sequence[MatchGroup]) -> bool:
+    """Only a cancellation and the teardown it causes (launchers killing their children)."""
+    if not any(h.signature == "slurm_cancelled" for h in hints):
+        return False
+    return all(
+        f.category is Category.NODE_OR_PROCESS_FAILURE and f.attribution is Attribution.NONE
+        for f in cascades
+    )
+
+
+def _cancelled(
+    scan: ScanResult, cascades: Sequence[MatchGroup], hints: Sequence[MatchGroup]
+) -> Interruption:
+    cancel = next(h for h in hints if h.signature == "slurm_cancelled")
+    return _interruption(
+        cancel,
+        kind=Kind.NONE,
+        category=Category.BENIGN,
+        attribution=Attribution.NONE,
+        confidence=Confidence(0.7, ConfidenceLabel.SUPPORTED),
+        evidence=evidence_of([cancel, *cascades, *hints]),
+        explanation=(
+            f"The job was cancelled at line {cancel.first_line} ({label(cancel)}) and nothing"
+            " failed before it; the processes that ended after it are its teardown."
+        ),
+    )
+
+
 def _healthy(scan: ScanResult, hints: Sequence[MatchGroup]) -> Interruption:
+    logged = [h for h in hints if h.category is Category.GPU_HARDWARE and h.xids]
+    if logged:
+        # A non-fatal hardware event (a corrected NVLink error, a row remap that is already in
+        # effect): worth recording against the node, nothing failed.
+        return _interruption(
+            logged[0],
+            kind=Kind.NONE,
+            category=Category.GPU_HARDWARE,
+            attribution=Attribution.HARDWARE,
+            confidence=Confidence(0.7, ConfidenceLabel.SUPPORTED),
+            evidence=evidence_of(hints),
+            explanation=(
+                f"A non-fatal GPU event was logged at line {logged[0].first_line}"
+                f" ({label(logged[0])}); nothing failed."
+            ),
+        )
     benign = f"; {scan.benign_lines} known-benign line(s) ignored" if scan.benign_lines else ""
     noted = f"; {len(hints)} context line group(s) noted" if hints else ""
-    label = ConfidenceLabel.SUPPORTED if scan.lines_scanned else ConfidenceLabel.HYPOTHESIS
+    sureness = ConfidenceLabel.SUPPORTED if scan.lines_scanned else ConfidenceLabel.HYPOTHESIS
     return _interruption(
         None,
         kind=Kind.NONE,
         category=Category.BENIGN,
         attribution=Attribution.NONE,
-        confidence=Confidence(0.7 if scan.lines_scanned else 0.3, label),
+        confidence=Confidence(0.7 if scan.lines_scanned else 0.3, sureness),
         evidence=evidence_of(hints),
         explanation=(
             f"No failure signature matched in {scan.lines_scanned} line(s){benign}{noted}."

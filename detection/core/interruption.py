@@ -52,6 +52,7 @@ class HostOrigin:
     STREAM = "the line was read from its log"
     RANK = "the rank runs there"
     EXCERPT = "the excerpt is its log"
+    ONLY_NODE = "the only node the excerpt shows"
     METRICS = "its GPU at that PCI address reported it"
     SCHEDULER = "the scheduler marked it unhealthy"
     DETECTOR = "its own metrics show it"

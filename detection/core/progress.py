@@ -39,7 +39,7 @@ _MEGATRON = _compile(
     r"iteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|"
     r"(?:.*?elapsed time per iteration \(ms\):\s*(?P<ms>[0-9.]+))?"
     r"(?:.*?throughput per GPU \(TFLOP/s/GPU\):\s*(?P<tflops>[0-9.]+))?"
-    r"(?:.*?lm loss:\s*(?P<loss>[-+0-9.eE]+|nan|inf))?"
+    r"(?:.*?lm[ -]loss:\s*(?P<loss>[-+0-9.eE]+|nan|inf))?"
 )
 _DEEPSPEED_STEPS = _compile(
     r"steps:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>[-+0-9.eE]+|nan|inf)"

@@ -54,6 +54,18 @@ FIXES: Mapping[str, str] = {
         "Slurm killed the step for exceeding its memory: request more (--mem, --mem-per-gpu) or "
         "use less host memory"
     ),
+    "slurm_out_of_memory": (
+        "Slurm ended the job for exceeding its memory: request more (--mem, --mem-per-gpu) or "
+        "use less host memory"
+    ),
+    "process_killed_bare": (
+        "the process was killed with SIGKILL, almost always by the kernel's OOM killer: use "
+        "less host memory (fewer DataLoader workers, smaller buffers) or request more"
+    ),
+    "checkpoint_unwritable": (
+        "the checkpoint file cannot be written: create its directory, check its permissions and "
+        "the free space, or write elsewhere"
+    ),
     "dataloader_worker_killed": (
         "DataLoader workers are being killed (host memory): use fewer workers or less memory "
         "per worker"
@@ -72,6 +84,8 @@ def decide(policy: Policy, incident: Incident, history: History, comment: str = 
     limits = _job_limits(policy.limits_for(incident.partition), job_options(comment))
     if not limits.enabled:
         return Decision(Action.NONE, reasons=("recovery is disabled for this job or partition",))
+    if incident.kind == "none":
+        return Decision(Action.NONE, reasons=("nothing failed: the event was recorded only",))
     action, rule = rule_for(
         policy.rules_for(incident.partition),
         incident.signature,

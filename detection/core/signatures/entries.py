@@ -29,9 +29,7 @@ APP_FATAL = classify(
     K.CRASH, C.APPLICATION_ERROR, A.APPLICATION, R.INITIATING, False, S.ERROR, True
 )
 OOM = classify(K.CRASH, C.CUDA_OOM, A.APPLICATION, R.INITIATING, False, S.ERROR)
-HOST_OOM = classify(
-    K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.APPLICATION, R.INITIATING, False, S.ERROR
-)
+HOST_OOM = classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.APPLICATION, R.INITIATING, False, S.ERROR)
 NAN = classify(K.CRASH, C.NUMERICAL_DIVERGENCE, A.APPLICATION, R.INITIATING, False, S.ERROR)
 # Transient or unattributed.
 NET_ERROR = classify(K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.INITIATING, False, S.ERROR)
@@ -41,9 +39,7 @@ PROC_KILLED = classify(
     K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.WARNING
 )
 # Consequences of a failure elsewhere.
-NET_CASCADE = classify(
-    K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.CASCADE, False, S.WARNING
-)
+NET_CASCADE = classify(K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.CASCADE, False, S.WARNING)
 HANG_CASCADE = classify(K.HANG, C.NCCL_TIMEOUT_HANG, A.INTERCONNECT, R.CASCADE, False, S.ERROR)
 PROC_CASCADE = classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.NONE, R.CASCADE, False, S.WARNING)
 
@@ -61,6 +57,7 @@ def sig(
     description: str,
     refine: Refiner | None = None,
     internal: bool = False,
+    layout: bool = False,
 ) -> Signature:
     return Signature(
         name=name,
@@ -71,4 +68,5 @@ def sig(
         builtin=True,
         refine=refine,
         internal=internal,
+        layout=layout,
     )

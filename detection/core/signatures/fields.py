@@ -20,6 +20,8 @@ _PREFIX = compile_re(
     r"^(?:"
     # torchrun --tee: [rank12]: (global rank) or [default3]: (local rank of role "default")
     r"(?P<torch>\[(?P<torch_kind>rank|default)(?P<torch_num>\d{1,6})\]:\s?)"
+    # mpirun --tag-output: [jobid,rank]<stdout>:
+    r"|(?P<mpi>\[\d{1,10},(?P<mpi_rank>\d{1,6})\]<(?:stdout|stderr)>:\s?)"
     # NCCL: host:pid:tid [local rank]
     r"|(?P<nccl>(?P<nccl_host>[A-Za-z0-9][\w.-]{0,253}):\d{1,10}:\d{1,10}"
     r" \[(?P<nccl_lr>\d{1,4})\] )"
@@ -27,6 +29,8 @@ _PREFIX = compile_re(
     r"|(?P<syslog>(?:[A-Z][a-z]{2} {1,2}\d{1,2} \d\d:\d\d:\d\d"
     r"|\d{4}-\d\d-\d\dT[\d:.,]+(?:Z|[+-]\d\d:?\d\d)?)"
     r" (?P<syslog_host>[A-Za-z0-9][\w.-]{0,253}) [\w./-]{1,64}(?:\[\d{1,10}\])?: )"
+    # a log shipper's or pdsh's IPv4 address: "192.168.11.119: "
+    r"|(?P<ip>(?P<ip_host>\d{1,3}(?:\.\d{1,3}){3}): )"
     # pdsh / DeepSpeed launcher: "worker-5: " or "node-07:" (checked in Python: must look like a
     # host, and the colon must not be followed by a digit as in "cuda:0")
     r"|(?P<host>(?P<host_name>[A-Za-z][\w.-]{0,253}):(?:[^0-9]|$))"
@@ -56,6 +60,10 @@ _GPU_IN_TEXT = compile_re(
     r"|, device (?P<d>\d{1,3}),"
 )
 _JOB_IN_TEXT = compile_re(r"(?:\bJOB |\bSTEP |\bJobId=|\bStepId=)(?P<job>\d{1,12})")
+# A syslog line quoted inside another message ("... Error: May 29 01:37:38 node-7 kernel: ...").
+_SYSLOG_IN_TEXT = compile_re(
+    r"\b\d\d:\d\d:\d\d(?:\.\d+)? (?P<host>[A-Za-z0-9][\w.-]{0,253}) kernel: "
+)
 _PCI_IN_TEXT = compile_re(
     r"\b(?:PCI:)?(?P<pci>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\b"
 )
@@ -100,6 +108,10 @@ class _Peeled:
             self.host = self.host or groups.get("nccl_host") or groups.get("syslog_host")
             if self.local_rank is None:
                 self.local_rank = _int(groups.get("nccl_lr"))
+        elif "mpi" in groups and self.rank is None:
+            self.rank = _int(groups.get("mpi_rank"))
+        elif "ip" in groups:
+            self.host = self.host or groups.get("ip_host")
         elif "label" in groups and self.rank is None:
             # srun --label numbers tasks; with one task per GPU that is the global rank.
             self.rank = _int(groups.get("label_num"))
@@ -134,7 +146,7 @@ def extract_fields(
         if not peeled.step():
             break
     groups: Mapping[str, str | None] = overrides or {}
-    rank = _int(groups.get("rank"))
+    rank = _int(groups.get("rank") or groups.get("rank2"))
     if rank is None:
         rank = peeled.rank
     if rank is None and b"ank" in data:
@@ -150,9 +162,13 @@ def extract_fields(
     job_id = groups.get("job_id")
     if job_id is None and (b"JOB" in data or b"STEP" in data or b"Id=" in data):
         job_id = _search_str(_JOB_IN_TEXT, data)
+    # RE2 names a group once, so a pattern with several host alternatives numbers them.
+    host = groups.get("host") or groups.get("host2") or groups.get("host3") or peeled.host
+    if host is None and b" kernel: " in data:
+        host = _search_str(_SYSLOG_IN_TEXT, data)
     return LineFields(
         message=peeled.rest.decode("utf-8", "replace").strip(),
-        host=groups.get("host") or peeled.host,
+        host=host,
         rank=rank,
         local_rank=local_rank,
         gpu=gpu,

@@ -183,8 +183,7 @@ NETWORK = (
         r"Bootstrap ?: ?no socket interface found|no socket interface found"
         r"|NET/Socket ?: ?No (?:usable )?(?:listening )?interface found"
         r"|NCCL_SOCKET_IFNAME[^\n]{0,80}(?:not found|invalid|no interface)"
-        r"|NCCL_IB_HCA[^\n]{0,80}(?:not found|no device)"
-        r"|NET/IB ?: ?No device found",
+        r"|NCCL_IB_HCA[^\n]{0,80}(?:not found|no device)",
         NET_ERROR,
         "NCCL cannot find the network interface it is configured to use.",
         refine=flood,

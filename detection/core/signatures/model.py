@@ -156,6 +156,8 @@ class Refinement:
     details: Details = ()
     # A per-rank value to remember (the NCCL sequence number of a watchdog timeout).
     rank_value: str | None = None
+    # Ranks the line names besides its own (a straggler report's list).
+    ranks: tuple[int, ...] = ()
 
 
 # (default classification, prefix-stripped message, named groups and traceback fields) ->
@@ -176,6 +178,9 @@ class Signature(Classified):
     refine: Refiner | None = field(default=None, compare=False, repr=False)
     # Internal signatures feed the traceback assembler and never become match groups themselves.
     internal: bool = False
+    # Layout signatures say where a rank runs (NCCL's init lines, a straggler report's
+    # ``Rank=N Node=X``, PBS's exec host); they place ranks on hosts and flag nothing.
+    layout: bool = False
 
 
 class InvalidSignature(ValueError):
@@ -220,6 +225,7 @@ class LineHit:
     details: Details = ()
     rank_value: str | None = None
     description: str = ""
+    ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -274,6 +280,9 @@ class ScanResult:
     # not examined, and how many lines from there on were not examined.
     stopped_at_line: int | None = None
     lines_not_examined: int = 0
+    # Where the excerpt itself places ranks: (rank, host) pairs, rank None for a host the job
+    # is said to run on (PBS's exec host list).
+    placements: tuple[tuple[int | None, str], ...] = ()
 
     def by_role(self, role: Role) -> tuple[MatchGroup, ...]:
         return tuple(f for f in self.groups if f.role is role)

@@ -20,13 +20,7 @@ def refine_xid(default: Classification, message: str, values: Mapping[str, str])
     details = [("xid", str(code)), ("xid_name", name)]
     if values.get("pci"):
         details.append(("pci", values["pci"]))
-    previous = _PREVIOUS_XID.search(message)
-    if previous is not None:
-        details.append(("previous_xid", previous["prev"]))
     return Refinement(classification, group_key=f"xid:{code}", details=tuple(details))
-
-
-_PREVIOUS_XID = compile_re(r"caused by previous Xid (?P<prev>\d+)")
 
 
 def flood(default: Classification, message: str, values: Mapping[str, str]) -> Refinement:
@@ -52,6 +46,12 @@ def refine_watchdog(default: Classification, message: str, values: Mapping[str, 
     )
 
 
+# IBV_WC_* statuses that say the local side went wrong (a protection or length error on its own
+# memory registration, usually GPUDirect RDMA set-up) or that the queue pair was already in error
+# (flushed): no node's hardware is shown to be at fault.
+_IB_NOT_NODE_LOCAL = {"1", "2", "4", "5", "10"}
+
+
 def refine_ib(default: Classification, message: str, values: Mapping[str, str]) -> Refinement:
     status = values.get("ibstatus") or values.get("ibstatus2") or "?"
     details = (("peer", values.get("peer", "")), ("ib_status", status))
@@ -61,7 +61,18 @@ def refine_ib(default: Classification, message: str, values: Mapping[str, str]) 
             K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.CASCADE, False, S.WARNING
         )
         return Refinement(flushed, group_key="ib:5", details=details)
+    if status in _IB_NOT_NODE_LOCAL:
+        local = classify(
+            K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.INITIATING, False, S.ERROR
+        )
+        return Refinement(local, group_key=f"ib:{status}", details=details)
     return Refinement(default, group_key=f"ib:{status}", details=details)
+
+
+# Dynamic loss scaling halves the scale on every overflow and starts in the thousands (2**16 in
+# DeepSpeed, 2**32 in Megatron); skips there are normal. A scale this low means the gradients
+# overflow step after step.
+OVERFLOW_FLOOR = 16.0
 
 
 def refine_overflow(
@@ -71,10 +82,19 @@ def refine_overflow(
         scale = float(values.get("scale", "inf"))
     except ValueError:
         return None
-    if scale > 1.0:
-        # Dynamic loss scaling backing off: normal, especially in the first steps.
+    if scale > OVERFLOW_FLOOR:
         return None
     return Refinement(default, group_key="min-scale")
+
+
+_RANK_LIST = compile_re(r"\d{1,6}")
+
+
+def refine_ranks(default: Classification, message: str, values: Mapping[str, str]) -> Refinement:
+    """A line that names several ranks (``Affected ranks: [76, 13, 45]``) implicates each."""
+    listed = values.get("ranks") or values.get("rank") or ""
+    ranks = tuple(int(token) for token in listed.replace(",", " ").split() if token.isdigit())
+    return Refinement(default, group_key="all", ranks=ranks[:1000])
 
 
 _EXCEPTION_LINE = compile_re(
@@ -101,6 +121,13 @@ _ALWAYS_FATAL = frozenset(
         "TabError",
         "NameError",
         "UnboundLocalError",
+        # Assertions guard the code's own assumptions (shapes, divisibility, config values).
+        "AssertionError",
+        "NotImplementedError",
+        # A missing file or script stays missing on the next attempt.
+        "FileNotFoundError",
+        "IsADirectoryError",
+        "NotADirectoryError",
     }
 )
 # Bad configuration: fatal when raised by the user's own code.
@@ -118,6 +145,18 @@ _EXC_SPECIAL: dict[str, Classification] = {
     "ProcessRaisedException": _EXC_CASCADE,
     "DistBackendError": classify(
         K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.CASCADE, False, S.WARNING
+    ),
+    # The network, not the code: a peer or a service went away, or did not answer in time.
+    **dict.fromkeys(
+        (
+            "ConnectionError",
+            "ConnectionResetError",
+            "ConnectionRefusedError",
+            "ConnectionAbortedError",
+            "BrokenPipeError",
+            "TimeoutError",
+        ),
+        classify(K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.INITIATING, False, S.ERROR),
     ),
     "MemoryError": classify(
         K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.APPLICATION, R.INITIATING, False, S.ERROR

@@ -47,6 +47,8 @@ _MEMO_ENTRIES = 50_000
 _BENIGN = "benign"
 _NOTHING = "nothing"
 _TRACEBACK = "traceback"
+_LAYOUT = "layout"
+_MAX_PLACEMENTS = 100_000
 _Outcome = LineHit | str
 
 
@@ -96,6 +98,8 @@ class _Accumulator:
         else:
             _remember(self.named, fields.host)
         _remember(self.ranks, fields.rank)
+        for rank in hit.ranks:
+            _remember(self.ranks, rank)
         _remember(self.local_ranks, fields.local_rank)
         _remember(self.gpus, fields.gpu)
         _remember(self.job_ids, fields.job_id)
@@ -141,6 +145,7 @@ class _ScanState:
         self.frames: dict[tuple[str | None, int | None, int | None], dict[str, str]] = {}
         self.groups: dict[tuple[str, str], _Accumulator] = {}
         self.benign = 0
+        self.placements: dict[tuple[int | None, str], None] = {}
         # line -> (outcome, whether its message looks like an exception line)
         self.memo: dict[bytes, tuple[_Outcome, bool]] = {}
 
@@ -159,7 +164,14 @@ class _ScanState:
             return {}
         return self.frames.pop(fields.stream, {})
 
+    def place(self, rank: int | None, host: str | None) -> None:
+        if host and len(self.placements) < _MAX_PLACEMENTS:
+            self.placements.setdefault((rank, host), None)
+
     def add(self, hit: LineHit) -> None:
+        if hit.fields.rank is not None:
+            # Any line that shows both its host and its rank says where that rank runs.
+            self.place(hit.fields.rank, hit.fields.host)
         key = (hit.signature, hit.group_key)
         accumulator = self.groups.get(key)
         if accumulator is None:
@@ -233,6 +245,7 @@ class SignatureLibrary:
             benign_lines=state.benign,
             stopped_at_line=stopped,
             lines_not_examined=0 if stopped is None else len(capped) - stopped + 1,
+            placements=tuple(state.placements),
         )
 
     def _record(self, line_no: int, line: bytes, hint: str | None, state: _ScanState) -> None:
@@ -293,6 +306,9 @@ class SignatureLibrary:
             if signature.internal:
                 state.note_frame(fields, groups, signature.name == "python_traceback_start")
                 return _TRACEBACK
+            if signature.layout:
+                _place(state, fields, groups)
+                return _LAYOUT
             frame = state.pop_frame(fields)
             refinement = _refine(signature, fields.message, {**groups, **frame})
             if refinement is None:
@@ -310,8 +326,19 @@ class SignatureLibrary:
                 details=details,
                 rank_value=refinement.rank_value,
                 description=signature.description,
+                ranks=refinement.ranks,
             )
         return _NOTHING
+
+
+def _place(state: _ScanState, fields: LineFields, groups: dict[str, str]) -> None:
+    hostlist = groups.get("hostlist")
+    if hostlist:
+        # PBS: "gpu-2-17/5+gpu-2-18/0" (host/slot, joined by +)
+        for entry in hostlist.split("+"):
+            state.place(None, entry.split("/", 1)[0])
+    else:
+        state.place(fields.rank, fields.host)
 
 
 def _at(hit: LineHit, line_no: int) -> LineHit:

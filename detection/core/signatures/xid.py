@@ -14,6 +14,7 @@ graded from their descriptions.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from detection.core.constants import Role, Severity
@@ -333,7 +334,47 @@ def grade_xid(code: int, message: str) -> XidGrade:
         )
     if code == 154:
         return _recovery_action(grade, message)
+    if code == 45:
+        return _cleanup_after(grade, message)
+    if code in (63, 64) and "reset gpu" in message.lower():
+        # A row marked for remapping takes effect only at the next GPU reset; until then the
+        # failing row stays in use, so the node goes out for that reset.
+        return XidGrade(
+            grade.name + " (pending until the GPU is reset)",
+            Role.INITIATING,
+            Category.GPU_HARDWARE,
+            Attribution.HARDWARE,
+            True,
+            Severity.ERROR,
+            "RESET_GPU",
+        )
     return grade
+
+
+_PREVIOUS_XID = re.compile(r"caused by previous Xid (\d{1,4})")
+
+
+def _cleanup_after(grade: XidGrade, message: str) -> XidGrade:
+    """Xid 45 is the driver cleaning up a channel after an earlier error; when it names that
+    error, the earlier code's grade is the one that counts."""
+    found = _PREVIOUS_XID.search(message)
+    if found is None:
+        return grade
+    previous = int(found.group(1))
+    if previous == 45 or previous in CASCADES:
+        return grade
+    cause = grade_xid(previous, "")
+    if cause.role is not Role.INITIATING:
+        return grade
+    return XidGrade(
+        f"{grade.name} after Xid {previous} ({cause.name})",
+        cause.role,
+        cause.category,
+        cause.attribution,
+        cause.implicates_node,
+        cause.severity,
+        cause.action,
+    )
 
 
 def _recovery_action(grade: XidGrade, message: str) -> XidGrade:

@@ -1,0 +1,94 @@
+"""Numerical divergence from the loss values progress lines report, not only from NaN strings.
+
+A loss that jumps well above where it was and does not come back is a run that diverged: a
+restart from the last checkpoint replays the same data with the same settings and usually
+diverges again, so the policy stops it. A spike that comes back down is the optimiser recovering
+by itself and is nothing to act on. ``LossTrend`` is a frozen value updated one reading at a
+time, so the loop can keep one per attempt and an excerpt can be read in one pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+# The name divergence findings go by (a rule key in the policy, like a signature's).
+LOSS_DIVERGENCE = "loss_divergence"
+
+
+@dataclass(frozen=True)
+class DivergenceSettings:
+    """``spike_ratio``: how far above the lowest loss before it a reading must jump;
+    ``recovered_ratio``: within this factor of that low the loss has come back;
+    ``settle_readings``: readings after the spike before it is judged (0 for a finished
+    excerpt, which shows all there is); ``min_jump`` ignores tiny absolute changes of losses near
+    zero, whose ratios mean little."""
+
+    spike_ratio: float = 1.5
+    recovered_ratio: float = 1.05
+    settle_readings: int = 5
+    min_readings: int = 3
+    min_jump: float = 0.05
+    min_baseline: float = 1e-3
+    # The first steps of a run swing widely while the optimiser warms up.
+    warmup_steps: int = 100
+
+
+@dataclass(frozen=True)
+class LossTrend:
+    """The loss readings of one run so far, reduced to what the verdict needs."""
+
+    readings: int = 0
+    lowest: float = math.inf
+    # The biggest spike so far: the low before it, its peak, and where the peak was.
+    baseline: float = math.inf
+    peak: float = -math.inf
+    peak_at: int | None = None
+    since_peak: int = 0
+    last: float | None = None
+
+    def add(
+        self, loss: float, at: int | None = None, step: int | None = None, warmup: int = 0
+    ) -> LossTrend:
+        """The trend after one more reading (``at``: a line number or a step, for evidence;
+        ``step``: the training step, when the line shows it, so warm-up readings are left out)."""
+        if not math.isfinite(loss):
+            return self  # NaN and Inf are the signatures' to report
+        if step is not None and step < warmup:
+            return self
+        trend = replace(self, readings=self.readings + 1, last=loss, since_peak=self.since_peak + 1)
+        if self.lowest > 0 and math.isfinite(self.lowest):
+            ratio, best = loss / self.lowest, self.peak / self.baseline if self.peak_at else 0.0
+            if ratio >= best and ratio > 1.0:
+                trend = replace(trend, baseline=self.lowest, peak=loss, peak_at=at, since_peak=0)
+        return replace(trend, lowest=min(self.lowest, loss))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    baseline: float
+    peak: float
+    last: float
+    peak_at: int | None
+
+    def describe(self) -> str:
+        return (
+            f"the loss jumped from {self.baseline:.4g} to {self.peak:.4g} and did not come back"
+            f" (last {self.last:.4g}, {self.last / self.baseline:.2f}x where it was)"
+        )
+
+
+def diverged(trend: LossTrend, settings: DivergenceSettings | None = None) -> Divergence | None:
+    """The spike that did not recover, or None while the loss behaves (or is too short a
+    series to say)."""
+    rules = settings or DivergenceSettings()
+    if trend.readings < rules.min_readings or trend.last is None or trend.peak_at is None:
+        return None
+    baseline = trend.baseline
+    if baseline < rules.min_baseline or trend.peak - baseline < rules.min_jump:
+        return None
+    if trend.peak < rules.spike_ratio * baseline or trend.since_peak < rules.settle_readings:
+        return None
+    if trend.last < rules.recovered_ratio * baseline:
+        return None
+    return Divergence(baseline, trend.peak, trend.last, trend.peak_at)

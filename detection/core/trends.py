@@ -1,0 +1,184 @@
+"""Findings read from values across lines, where no single line says "failed": a loss that
+diverged, and a performance report in which one member (a rank, a node, a GPU) lags the others.
+
+They come back as match groups, so the diagnosis weighs them like any signature's finding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from detection.core.constants import Role, Severity
+from detection.core.detectors.divergence import (
+    LOSS_DIVERGENCE,
+    DivergenceSettings,
+    LossTrend,
+    diverged,
+)
+from detection.core.progress import parse_progress
+from detection.core.signatures.entries import NAN
+from detection.core.signatures.fields import extract_fields, strip_prefixes
+from detection.core.signatures.model import MatchGroup, classify, compile_re
+from recovery_console.fleet.core.taxonomy import Attribution, Category, Kind
+
+# An excerpt is all there is: a spike is judged on the readings after it, however few.
+EXCERPT_DIVERGENCE = DivergenceSettings(settle_readings=0)
+MAX_STREAMS = 10_000
+MAX_TEXT = 2000
+LAGGING_MEMBER = "lagging_member"
+# NVRx's default straggler threshold: a member at 0.7 of the best one's performance.
+LAG_RATIO = 1 / 0.7
+_LAGGING = classify(
+    Kind.STRAGGLER, Category.STRAGGLER, Attribution.HARDWARE, Role.INITIATING, True, Severity.ERROR
+)
+
+
+def trend_findings(lines: Sequence[str]) -> list[MatchGroup]:
+    found = [loss_divergence(lines), lagging_member(lines)]
+    return [group for group in found if group is not None]
+
+
+def loss_divergence(
+    lines: Sequence[str], settings: DivergenceSettings = EXCERPT_DIVERGENCE
+) -> MatchGroup | None:
+    """A loss that spiked and did not come back, read from the progress lines (per process, so
+    interleaved ranks do not mix), or None."""
+    trends: dict[tuple[str | None, int | None, int | None], LossTrend] = {}
+    for line_no, line in enumerate(lines, start=1):
+        progress = parse_progress(line)
+        if progress is None or progress.loss is None:
+            continue
+        stream = extract_fields(line).stream
+        if stream not in trends and len(trends) >= MAX_STREAMS:
+            continue
+        trends[stream] = trends.get(stream, LossTrend()).add(
+            progress.loss, line_no, progress.step, settings.warmup_steps
+        )
+    for trend in trends.values():
+        found = diverged(trend, settings)
+        if found is not None and found.peak_at is not None:
+            what = found.describe()
+            return _group(
+                lines,
+                LOSS_DIVERGENCE,
+                NAN,
+                found.peak_at,
+                what[:1].upper() + what[1:],
+                (("loss_baseline", f"{found.baseline:.4g}"), ("loss_last", f"{found.last:.4g}")),
+            )
+    return None
+
+
+# "{2: 20.18, 3: 18.72, 0: 181.8}" (dlrover's elapsed times, NVRx's scores) and DCGM's GEMM
+# stress test, one adapter per line.
+_MEMBER_VALUE = compile_re(r"(?:^|[{\s,'])(?P<member>\d{1,6}): (?P<value>\d{1,9}(?:\.\d{1,12})?)")
+_ADAPTER = compile_re(
+    r"\(ADAPTER#(?P<member>\d{1,4})\)\s+Ending with (?P<value>[0-9.]{1,30}) GFlops"
+)
+_LOWER_IS_BETTER = compile_re(r"(?i)elapsed time|latency|duration|\btime\b|\bms\b|seconds")
+_HIGHER_IS_BETTER = compile_re(r"(?i)score|throughput|tflop|gflop|samples/s|tokens/s|bandwidth")
+_MIN_MEMBERS = 3
+
+
+def lagging_member(lines: Sequence[str]) -> MatchGroup | None:
+    """The first report that lists a value per member in which one member is at most 0.7 of
+    the best (NVRx's threshold), or None."""
+    adapters: dict[str, float] = {}
+    adapters_from = 0
+    for line_no, line in enumerate(lines, start=1):
+        if "(ADAPTER#" in line:
+            found = _ADAPTER.search(line)
+            if found is not None:
+                adapters_from = adapters_from or line_no
+                adapters[found["member"]] = float(found["value"])
+                continue
+        if adapters:
+            lag = _lagging(adapters, higher_is_better=True)
+            if lag:
+                return _lag_group(lines, adapters_from, "GPU", lag)
+            adapters, adapters_from = {}, 0
+        if ": " not in line or len(line) > 4096:
+            continue
+        members = _members(line)
+        if len(members) < _MIN_MEMBERS:
+            continue
+        context = " ".join(lines[max(0, line_no - 4) : line_no])
+        if _LOWER_IS_BETTER.search(context) is not None:
+            lag = _lagging(members, higher_is_better=False)
+        elif _HIGHER_IS_BETTER.search(context) is not None:
+            lag = _lagging(members, higher_is_better=True)
+        else:
+            continue
+        if lag:
+            return _lag_group(lines, line_no, "member", lag)
+    if adapters:
+        lag = _lagging(adapters, higher_is_better=True)
+        if lag:
+            return _lag_group(lines, adapters_from, "GPU", lag)
+    return None
+
+
+def _members(line: str) -> dict[str, float]:
+    members: dict[str, float] = {}
+    data = line.encode("utf-8", "replace")
+    pos = 0
+    while len(members) < 100_000:
+        found = _MEMBER_VALUE.match_bytes(data, pos)
+        if found is None:
+            break
+        start, end, groups = found
+        members.setdefault(groups["member"], float(groups["value"]))
+        pos = max(end, start + 1)
+    return members
+
+
+def _lagging(values: dict[str, float], higher_is_better: bool) -> list[tuple[str, float]]:
+    """The members at or below 0.7 of the best one, with how far behind each is."""
+    if len(values) < _MIN_MEMBERS or min(values.values()) <= 0:
+        return []
+    best = max(values.values()) if higher_is_better else min(values.values())
+    behind = {
+        member: (best / value if higher_is_better else value / best)
+        for member, value in values.items()
+    }
+    return sorted(
+        ((member, ratio) for member, ratio in behind.items() if ratio >= LAG_RATIO),
+        key=lambda item: -item[1],
+    )
+
+
+def _lag_group(
+    lines: Sequence[str], line_no: int, member: str, lag: list[tuple[str, float]]
+) -> MatchGroup:
+    named = ", ".join(f"{member} {name} ({ratio:.1f}x behind)" for name, ratio in lag[:8])
+    return _group(
+        lines,
+        LAGGING_MEMBER,
+        _LAGGING,
+        line_no,
+        f"A performance report shows a member far behind the best one: {named}",
+        (("lagging", ",".join(name for name, _ in lag)),),
+    )
+
+
+def _group(
+    lines: Sequence[str],
+    signature: str,
+    classification: object,
+    line_no: int,
+    description: str,
+    details: tuple[tuple[str, str], ...],
+) -> MatchGroup:
+    text = lines[line_no - 1][:MAX_TEXT]
+    return MatchGroup(
+        signature=signature,
+        classification=classification,  # type: ignore[arg-type]
+        first_line=line_no,
+        last_line=line_no,
+        count=1,
+        text=text,
+        line_numbers=(line_no,),
+        description=description,
+        message=strip_prefixes(text),
+        details=details,
+    )
