@@ -4,12 +4,19 @@ the pure detectors'; this module only loads, feeds and stores them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from detection.core.config import DetectorConfig
 from detection.core.constants import Role
+from detection.core.detectors.divergence import (
+    DivergenceSettings,
+    LossTrend,
+    diverged,
+    divergence_interruption,
+)
 from detection.core.detectors.hang import ProgressTracker, check_hang
 from detection.core.detectors.straggler import ThroughputHistory, check_straggler
 from detection.core.interruption import Interruption
@@ -45,6 +52,7 @@ def observe(monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorC
     """Feed an attempt's new lines to its progress tracker and keep the lines that matched."""
     tracker = _tracker(monitor)
     history = _history(monitor)
+    loss, peak = _loss(monitor)
     for line in lines:
         progress = parse_progress(line.text, config.progress_pattern)
         if progress is None:
@@ -53,8 +61,16 @@ def observe(monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorC
         tracker = tracker.observe(line.at, progress, line.text, config.hang.smoothing)
         if progress.throughput is not None and tracker.last_progress_at == line.at:
             history = history.add(line.at, progress.throughput, config.straggler)
+        if progress.loss is not None and tracker.last_progress_at == line.at:
+            before = loss.peak_at
+            # Where the peak was: its step, or the reading's number when the format has none.
+            at = progress.step if progress.step is not None else loss.readings + 1
+            loss = loss.add(progress.loss, at, progress.step, _WARMUP)
+            if loss.peak_at != before or loss.readings == 1:
+                peak = {"at": line.at.isoformat(), "text": line.text[:2000]}
     _store_tracker(monitor, tracker)
     _store_history(monitor, history)
+    _store_loss(monitor, loss, peak)
     new = _keep_matches(monitor, lines, config)
     monitor.lines_seen += len(lines)
     return Observed(new_matches=new)
@@ -97,8 +113,8 @@ def check(
     config: DetectorConfig,
     utilisation: list[float],
     samples: Iterable[MetricSample],
-) -> tuple[Interruption | None, Interruption | None]:
-    """Run the hang and straggler detectors on a running attempt."""
+) -> tuple[Interruption | None, Interruption | None, Interruption | None]:
+    """Run the hang, straggler and divergence detectors on a running attempt."""
     tracker = _tracker(monitor, attempt.started_at or attempt.first_seen_at)
     tracker = tracker.observe_gpus(now, utilisation, config.hang)
     _store_tracker(monitor, tracker)
@@ -106,7 +122,16 @@ def check(
     slow = check_straggler(
         attempt.job_id, _history(monitor), samples, attempt.nodes, config.straggler
     )
-    return hang, slow
+    return hang, slow, _divergence(monitor, attempt, now)
+
+
+def _divergence(monitor: AttemptMonitor, attempt: Attempt, now: datetime) -> Interruption | None:
+    loss, peak = _loss(monitor)
+    found = diverged(loss)
+    if found is None:
+        return None
+    at = _time(peak.get("at")) or now
+    return divergence_interruption(attempt.job_id, found, at, peak.get("text", ""))
 
 
 def _tracker(monitor: AttemptMonitor, started_at: datetime | None = None) -> ProgressTracker:
@@ -127,6 +152,7 @@ def _tracker(monitor: AttemptMonitor, started_at: datetime | None = None) -> Pro
 
 def _store_tracker(monitor: AttemptMonitor, tracker: ProgressTracker) -> None:
     monitor.progress = {
+        **({"loss": monitor.progress["loss"]} if (monitor.progress or {}).get("loss") else {}),
         "last_step": tracker.last_step,
         "last_progress_at": _iso(tracker.last_progress_at),
         "interval_seconds": tracker.interval_seconds,
@@ -137,6 +163,43 @@ def _store_tracker(monitor: AttemptMonitor, tracker: ProgressTracker) -> None:
     }
     monitor.last_step = tracker.last_step
     monitor.last_progress_at = tracker.last_progress_at
+
+
+# Steps before this are warm-up, whose loss swings are no sign of divergence.
+_WARMUP = DivergenceSettings().warmup_steps
+
+
+def _loss(monitor: AttemptMonitor) -> tuple[LossTrend, dict[str, str]]:
+    data = (monitor.progress or {}).get("loss") or {}
+    numbers = {k: float(v) for k, v in data.items() if k in _LOSS_FLOATS and v is not None}
+    trend = LossTrend(
+        readings=int(data.get("readings", 0)),
+        peak_at=data.get("peak_at"),
+        since_peak=int(data.get("since_peak", 0)),
+        **numbers,
+    )
+    return trend, dict(data.get("peak") or {})
+
+
+_LOSS_FLOATS = ("lowest", "baseline", "peak", "last")
+
+
+def _store_loss(monitor: AttemptMonitor, trend: LossTrend, peak: dict[str, str]) -> None:
+    if not trend.readings:
+        return
+    stored = {name: _finite(getattr(trend, name)) for name in _LOSS_FLOATS}
+    monitor.progress["loss"] = {
+        **stored,
+        "readings": trend.readings,
+        "peak_at": trend.peak_at,
+        "since_peak": trend.since_peak,
+        "peak": peak,
+    }
+
+
+def _finite(value: float | None) -> float | None:
+    # JSON has no infinity; an unset bound is stored as null and read back as the default.
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _history(monitor: AttemptMonitor) -> ThroughputHistory:

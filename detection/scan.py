@@ -259,7 +259,7 @@ def _diagnose_from_logs(
         context,
         library=config.library,
         host_hints=[entry.get("host") for entry in kept],
-    ).interruption
+    )
     if not found.is_failure:
         return
     # The diagnosis numbers lines within the kept excerpt; the evidence carries real ones.
@@ -349,13 +349,17 @@ def _check_running_attempts(
             monitor = monitors.load(attempt)
             before = monitor.progress
             utilisation = [u for host in attempt.nodes for u in by_host.get(host, [])]
-            hang, slow = monitors.check(monitor, attempt, now, config, utilisation, samples)
+            hang, slow, diverged = monitors.check(
+                monitor, attempt, now, config, utilisation, samples
+            )
             if monitor.progress != before:
                 monitor.save()  # most scans change nothing for most running attempts
             if hang is not None and attempt.pk not in interrupted:
                 summary.count(record_interruption(attempt, hang, now))
             if slow is not None:
                 summary.count(record_interruption(attempt, slow, now))
+            if diverged is not None and attempt.pk not in interrupted:
+                summary.count(record_interruption(attempt, diverged, now))
 
 
 def _utilisation_by_host(samples: Iterable[MetricSample]) -> dict[str, list[float]]:

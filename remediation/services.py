@@ -14,7 +14,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from detection.core.signatures import BUILTIN_SIGNATURES, SignatureLibrary, build_library
+from detection.core.findings import KNOWN_FINDINGS
+from detection.core.signatures import SignatureLibrary, build_library
 from detection.models import Anomaly, AnomalyState, AttemptMonitor, SourceCursor
 from detection.services import custom_signatures_of
 from recovery_console.fleet import audit, events
@@ -63,12 +64,12 @@ class ClusterUnknown(LookupError):
 def signature_names(cluster: Cluster) -> set[str]:
     """The signatures a rule of this cluster's policy may name: built-in and its own."""
     custom = {str(spec.get("name")) for spec in custom_signatures_of(cluster.name)}
-    return {s.name for s in BUILTIN_SIGNATURES} | custom
+    return set(KNOWN_FINDINGS) | custom
 
 
 def policy_problems(cluster: Cluster) -> dict[str, list[str]]:
     """The cluster check remediation registers with the fleet: is the policy document valid?"""
-    known = signature_names(cluster) if cluster.pk else {s.name for s in BUILTIN_SIGNATURES}
+    known = signature_names(cluster) if cluster.pk else set(KNOWN_FINDINGS)
     try:
         parse_policy(cluster.policy, known)
     except InvalidPolicy as exc:

@@ -30,7 +30,8 @@ class MetricSample:
     """One DCGM-exporter gauge for one GPU, as a scrape would return it.
 
     ``name`` is the exporter's metric name (``DCGM_FI_DEV_SM_CLOCK`` ...); ``job_id`` is the
-    ``hpc_job`` label when the GPU is allocated to a job.
+    ``hpc_job`` label when the GPU is allocated to a job; ``pci`` the exporter's ``pci_bus_id``
+    label (``00000000:3B:00.0``), which ties the GPU to the address a kernel Xid line prints.
     """
 
     at: datetime
@@ -39,6 +40,11 @@ class MetricSample:
     name: str
     value: float
     job_id: str | None = None
+    pci: str = ""
+
+
+# dcgm-exporter's label for the GPU's PCI address.
+PCI_LABEL = "pci_bus_id"
 
 
 class Dcgm(StrEnum):

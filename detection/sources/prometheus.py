@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from detection.core.telemetry import DCGM_METRICS, Dcgm, MetricSample
+from detection.core.telemetry import DCGM_METRICS, PCI_LABEL, Dcgm, MetricSample
 from detection.sources.base import check_job_id
 from detection.sources.httpclient import HttpAuth, HttpClient
 
@@ -137,7 +137,8 @@ class PrometheusSource:
         at, value = _point(point)
         job = labels.get(self.config.job_label) or None
         name = str(labels.get("__name__", ""))
-        out.samples.append(MetricSample(at, host, int(gpu), name, value, job))
+        pci = str(labels.get(PCI_LABEL, ""))[:64]
+        out.samples.append(MetricSample(at, host, int(gpu), name, value, job, pci))
 
 
 def vanished_series(

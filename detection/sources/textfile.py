@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from detection.core.telemetry import MetricSample
+from detection.core.telemetry import PCI_LABEL, MetricSample
 from detection.sources.base import SourceUnavailable
 from detection.sources.prometheus import MetricScrape
 
@@ -71,4 +71,5 @@ class TextfileMetrics:
             return None
         # An empty job label (an idle GPU) means no job, not a job named "".
         job = labels.get(self.config.job_label) or None
-        return MetricSample(at, host, int(gpu), found["name"], value, job)
+        pci = labels.get(PCI_LABEL, "")[:64]
+        return MetricSample(at, host, int(gpu), found["name"], value, job, pci)

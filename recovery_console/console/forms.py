@@ -188,7 +188,14 @@ class TestSignalsForm(forms.Form):
     )
     upload = forms.FileField(required=False, label="or upload a file")
     cluster = ClusterChoiceField(
-        empty_label="built-in signatures only", label="Also use the custom signatures of"
+        empty_label="built-in signatures, default policy",
+        label="Judge with the signatures and policy of",
+    )
+    host = forms.CharField(
+        required=False,
+        max_length=255,
+        label="Node whose own log this is",
+        help_text="Optional: names the node for kernel lines (Xid, ECC) that do not.",
     )
     nodes = forms.CharField(
         required=False,

@@ -96,7 +96,9 @@ def test_the_one_rank_missing_from_the_timeouts_names_its_node() -> None:
 
 def test_the_one_rank_stuck_on_an_earlier_collective_names_its_node() -> None:
     lines = [watchdog(rank, seq=1580) for rank in range(8) if rank != 2] + [watchdog(2, seq=1579)]
-    result = diagnose(*lines, context=DiagnosisContext(nodes=("node-a", "node-b"), tasks_per_node=4))
+    result = diagnose(
+        *lines, context=DiagnosisContext(nodes=("node-a", "node-b"), tasks_per_node=4)
+    )
     assert result.implicated_hosts == ("node-a",)
     assert result.action is Action.RESTART_EXCLUDING_NODE
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from datetime import datetime
+
+from detection.core.interruption import Confidence, Evidence, Interruption
+from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
 # The name divergence findings go by (a rule key in the policy, like a signature's).
 LOSS_DIVERGENCE = "loss_divergence"
@@ -92,3 +96,25 @@ def diverged(trend: LossTrend, settings: DivergenceSettings | None = None) -> Di
     if trend.last < rules.recovered_ratio * baseline:
         return None
     return Divergence(baseline, trend.peak, trend.last, trend.peak_at)
+
+
+def divergence_interruption(
+    job_id: str, found: Divergence, at: datetime, line: str = ""
+) -> Interruption:
+    """The loop's interruption for a run whose loss diverged (``at``: when the peak was read)."""
+    what = found.describe()
+    summary = what[:1].upper() + what[1:]
+    return Interruption(
+        kind=Kind.CRASH,
+        category=Category.NUMERICAL_DIVERGENCE,
+        attribution=Attribution.APPLICATION,
+        confidence=Confidence(0.75, ConfidenceLabel.SUPPORTED),
+        root_cause=LOSS_DIVERGENCE,
+        summary=summary,
+        explanation=f"{summary}: the run diverged, and a restart from the same checkpoint with"
+        " the same settings diverges again.",
+        evidence=(Evidence(text=line or summary, signature=LOSS_DIVERGENCE, source="log", at=at),),
+        first_evidence_at=at,
+        signature=LOSS_DIVERGENCE,
+        job_id=job_id,
+    )

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from detection.core.interruption import Confidence, Evidence, Interruption
+from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
 from detection.core.signatures import grade_xid
 from detection.core.telemetry import Dcgm, MetricSample
 from recovery_console.fleet.core.taxonomy import (
@@ -36,6 +36,8 @@ def read_scrape(samples: Iterable[MetricSample]) -> GpuState:
     for sample in samples:
         entry = state[f"{sample.host}/{sample.gpu}"]
         entry.setdefault("job", sample.job_id)
+        if sample.pci:
+            entry.setdefault("pci", sample.pci)
         if sample.name == XID:
             entry["xid"] = int(sample.value)
         elif sample.name == ECC_DBE:
@@ -150,4 +152,8 @@ def _fault(
         evidence=(Evidence(at=at, source="metrics", text=text, signature=signature, host=host),),
         first_evidence_at=at,
         job_id=str(entry.get("job") or ""),
+        signature=signature,
+        # Every fault here is the node's own: a graded Xid, an ECC failure, its GPUs vanishing.
+        node_local=True,
+        host_origins=((host, HostOrigin.DETECTOR),),
     )

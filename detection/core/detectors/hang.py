@@ -143,6 +143,7 @@ def _hang(
         summary=summary,
         explanation=summary,
         evidence=(evidence,),
+        signature=evidence.signature,
         first_evidence_at=since,
         job_id=job_id,
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
-from detection.core.interruption import Confidence, Evidence, Interruption
+from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
 from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
 # The scheduler ended these itself: the time limit or preemption is its doing, not a fault.
@@ -35,6 +35,7 @@ def scheduler_interruption(
             confidence = Confidence(0.7, ConfidenceLabel.SUPPORTED)
     elif state == "PREEMPTED":
         category = Category.BENIGN
+    signature = f"slurm_{state.lower()}"
     text = f"Slurm: job {job_id} ended {state}" + (f" ({reason})" if reason else "")
     if exit_code is not None:
         text += f", exit code {exit_code}"
@@ -47,11 +48,13 @@ def scheduler_interruption(
         summary=text,
         explanation=text,
         hosts=hosts,
-        evidence=(
-            Evidence(at=at, source="scheduler", text=text, signature=f"slurm_{state.lower()}"),
-        ),
+        evidence=(Evidence(at=at, source="scheduler", text=text, signature=signature),),
         first_evidence_at=at,
         job_id=job_id,
+        signature=signature,
+        # Slurm's NODE_FAIL is a node's failure whether or not its state says which node.
+        node_local=state == "NODE_FAIL",
+        host_origins=tuple((host, HostOrigin.SCHEDULER) for host in hosts),
     )
 
 

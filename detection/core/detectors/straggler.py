@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from detection.core.interruption import Confidence, Evidence, Interruption
+from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
 from detection.core.telemetry import Dcgm, MetricSample
 from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
@@ -161,6 +161,11 @@ def check_straggler(
         explanation=summary,
         hosts=tuple(sorted(culprits)),
         evidence=tuple(evidence),
+        signature="throughput_drop",
+        # Named outliers are node-local evidence (their own GPUs are slow); a slowdown with no
+        # outlier is the job's, and is only reported.
+        node_local=bool(culprits),
+        host_origins=tuple((host, HostOrigin.DETECTOR) for host in sorted(culprits)),
         first_evidence_at=started,
         job_id=job_id,
     )

@@ -58,6 +58,7 @@ def sig(
     refine: Refiner | None = None,
     internal: bool = False,
     layout: bool = False,
+    variants: tuple[str, ...] = (),
 ) -> Signature:
     return Signature(
         name=name,
@@ -69,4 +70,5 @@ def sig(
         refine=refine,
         internal=internal,
         layout=layout,
+        variants=variants,
     )

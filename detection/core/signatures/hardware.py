@@ -32,6 +32,8 @@ GPU = (
         HW_NODE,
         "NVIDIA driver Xid event, graded by NVIDIA's Xid catalogue.",
         refine=refine_xid,
+        # Codes whose immediate action is to restart the application (13, 31, 43 ...).
+        variants=("application",),
     ),
     sig(
         "nvswitch_sxid",

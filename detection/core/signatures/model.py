@@ -158,6 +158,9 @@ class Refinement:
     rank_value: str | None = None
     # Ranks the line names besides its own (a straggler report's list).
     ranks: tuple[int, ...] = ()
+    # A named variant of the signature (``nvrm_xid`` + ``application``), which policy rules can
+    # single out; it must be one the signature declares.
+    variant: str = ""
 
 
 # (default classification, prefix-stripped message, named groups and traceback fields) ->
@@ -181,6 +184,13 @@ class Signature(Classified):
     # Layout signatures say where a rank runs (NCCL's init lines, a straggler report's
     # ``Rank=N Node=X``, PBS's exec host); they place ranks on hosts and flag nothing.
     layout: bool = False
+    # The variants its refiner may give a line (see ``Refinement.variant``).
+    variants: tuple[str, ...] = ()
+
+    @property
+    def finding_names(self) -> tuple[str, ...]:
+        """The names its findings go by: its own, and one per variant."""
+        return (self.name, *(f"{self.name}_{variant}" for variant in self.variants))
 
 
 class InvalidSignature(ValueError):

@@ -20,7 +20,10 @@ def refine_xid(default: Classification, message: str, values: Mapping[str, str])
     details = [("xid", str(code)), ("xid_name", name)]
     if values.get("pci"):
         details.append(("pci", values["pci"]))
-    return Refinement(classification, group_key=f"xid:{code}", details=tuple(details))
+    variant = "application" if classification.category is C.APPLICATION_ERROR else ""
+    return Refinement(
+        classification, group_key=f"xid:{code}", details=tuple(details), variant=variant
+    )
 
 
 def flood(default: Classification, message: str, values: Mapping[str, str]) -> Refinement:

@@ -318,7 +318,11 @@ class SignatureLibrary:
             details: Details = refinement.details + tuple(sorted(frame.items()))
             return LineHit(
                 line_no=line_no,
-                signature=signature.name,
+                signature=(
+                    f"{signature.name}_{refinement.variant}"
+                    if refinement.variant
+                    else signature.name
+                ),
                 classification=refinement.classification,
                 text=line[: _MAX_TEXT * 4].decode("utf-8", "replace")[:_MAX_TEXT],
                 fields=fields,

@@ -1,4 +1,7 @@
-"""Test signals: paste or upload a log and see what ``diagnose`` finds, before any workload runs."""
+"""Test signals: paste or upload a log and see what ``diagnose`` advises, before any workload runs.
+
+The verdict comes from the same place as the loop's: the cluster's policy (or the defaults) and
+its signatures, so what an operator tries here is what the loop would advise."""
 
 from __future__ import annotations
 
@@ -10,10 +13,11 @@ from django.http import HttpRequest, HttpResponse
 
 from detection.core.context import DiagnosisContext
 from detection.core.decoding import decode_bytes
-from detection.core.diagnosis import diagnose_lines
-from detection.core.signatures import InvalidSignature, SignatureLibrary, build_library
-from detection.services import custom_signatures_of
+from detection.core.signatures import InvalidSignature, SignatureLibrary
 from recovery_console.console.forms import TestSignalsForm
+from remediation.core.policy import InvalidPolicy, Policy
+from remediation.core.verdict import judge_excerpt
+from remediation.services import excerpt_settings
 
 from .common import page, viewer_required
 
@@ -44,18 +48,21 @@ def test_signals(request: HttpRequest) -> HttpResponse:
 def _diagnose(form: TestSignalsForm) -> dict[str, Any]:
     data, skipped = _input(form)
     try:
-        library = _library(form)
+        policy, library = _settings(form)
     except InvalidSignature as exc:
         form.add_error("cluster", f"its custom signatures are invalid: {exc}")
         return {}
-    lines, report = decode_bytes(data)
-    nodes = form.node_list()
-    diagnosis = diagnose_lines(
-        lines,
-        DiagnosisContext(nodes=nodes, tasks_per_node=form.cleaned_data["tasks_per_node"]),
-        library=library,
+    except InvalidPolicy as exc:
+        form.add_error("cluster", f"its policy is invalid: {exc}")
+        return {}
+    context = DiagnosisContext(
+        nodes=form.node_list(),
+        tasks_per_node=form.cleaned_data["tasks_per_node"],
+        source_host=form.cleaned_data.get("host") or None,
     )
-    result = diagnosis.to_dict()
+    verdict, report = judge_excerpt(data, context, policy, library)
+    lines, _ = decode_bytes(data)
+    result = verdict.to_dict()
     skipped_notes = [
         (name.replace("_", " "), count)
         for name, count in report.to_dict().items()
@@ -68,8 +75,12 @@ def _diagnose(form: TestSignalsForm) -> dict[str, Any]:
         "skipped_bytes": skipped,
         "skipped_notes": skipped_notes,
         "shown": _shown_lines(
-            lines, {e.line: e.signature for e in diagnosis.evidence if e.line is not None}
+            lines,
+            {e.line: e.signature for e in verdict.interruption.evidence if e.line is not None},
         ),
+        "reasons": verdict.decision.reasons,
+        "fix": verdict.decision.fix,
+        "rule": verdict.decision.rule,
     }
 
 
@@ -83,11 +94,12 @@ def _input(form: TestSignalsForm) -> tuple[bytes, int]:
     return upload.read(), skipped
 
 
-def _library(form: TestSignalsForm) -> SignatureLibrary | None:
+def _settings(form: TestSignalsForm) -> tuple[Policy | None, SignatureLibrary | None]:
+    """The chosen cluster's policy and signatures, or the defaults."""
     cluster = form.cleaned_data.get("cluster")
     if cluster is None:
-        return None
-    return build_library(custom_signatures_of(cluster.name))
+        return None, None
+    return excerpt_settings(cluster.name)
 
 
 def _shown_lines(lines: tuple[str, ...], evidence: dict[int, str]) -> list[ShownLine]:
