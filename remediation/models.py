@@ -65,6 +65,9 @@ class Advice(models.Model):
     explanation = models.TextField(blank=True)
     category = models.CharField(max_length=32)
     attribution = models.CharField(max_length=32)
+    # The rule table's key that chose the action (a category, a signature, node_local, limits):
+    # reviewers' labels measure how far each rule can be trusted.
+    rule = models.CharField(max_length=64, blank=True)
     confidence_label = models.CharField(max_length=16)
     enforce = models.BooleanField(default=False)
     state = models.CharField(max_length=16, choices=AdviceState.choices)

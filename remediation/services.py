@@ -223,6 +223,7 @@ def _advice_fields(cluster: Cluster, attempt: Attempt, verdict: Verdict) -> dict
         "explanation": verdict.explanation,
         "category": incident.category,
         "attribution": incident.attribution,
+        "rule": decision.rule,
         "confidence_label": incident.confidence_label,
         "enforce": enforce,
         "state": AdviceState.DISPATCHED if enforce else AdviceState.PROPOSED,

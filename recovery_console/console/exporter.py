@@ -94,6 +94,29 @@ def _clusters(clusters: list[Cluster]) -> Iterator[Metric]:
             agreement.add_metric([cluster.name], measured.rate)
     yield agreement
     yield labelled
+    yield from _precision(clusters)
+
+
+def _precision(clusters: list[Cluster]) -> Iterator[Metric]:
+    ratio = GaugeMetricFamily(
+        f"{PREFIX}_advice_precision_ratio",
+        "Share of labelled advice reviewers agreed with, per category, action or rule "
+        "(label by), over the policy's approval window.",
+        labels=["cluster", "by", "value"],
+    )
+    labelled = GaugeMetricFamily(
+        f"{PREFIX}_advice_labelled",
+        "Advice labelled by reviewers per category, action or rule, over the approval window.",
+        labels=["cluster", "by", "value"],
+    )
+    for cluster in clusters:
+        for row in reviews.precision(cluster):
+            labels = [cluster.name, row.dimension, row.value]
+            labelled.add_metric(labels, row.labelled)
+            if row.precision is not None:
+                ratio.add_metric(labels, row.precision)
+    yield ratio
+    yield labelled
 
 
 def _anomalies() -> Iterator[Metric]:

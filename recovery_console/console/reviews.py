@@ -236,3 +236,60 @@ def _verdicts(cluster: Cluster, since: datetime, until: datetime) -> list[tuple[
         .order_by()
     )
     return [(row["last"], row["dissent"] == 0) for row in rows]
+
+
+# --- precision per category, action and rule ---------------------------------------------------
+
+PRECISION_DIMENSIONS = ("category", "action", "rule")
+
+
+@dataclass(frozen=True)
+class PrecisionRow:
+    """Of the advice labelled with this category, action or rule, how much reviewers agreed
+    with: the share an operator can expect to be right if it were carried out unseen."""
+
+    dimension: str  # category | action | rule
+    value: str
+    agreed: int
+    labelled: int
+
+    @property
+    def precision(self) -> float | None:
+        return self.agreed / self.labelled if self.labelled else None
+
+    @property
+    def precision_text(self) -> str:
+        return _percent(self.precision)
+
+
+def precision(cluster: Cluster, now: datetime | None = None) -> list[PrecisionRow]:
+    """Per category, per action and per rule, over the policy's approval window, counted as
+    ``agreement`` counts (one advice once, agreed only without dissent)."""
+    policy = parse_policy(cluster.policy)
+    now = now or timezone.now()
+    since = now - timedelta(days=policy.approval_window_days)
+    rows = (
+        Review.objects.filter(advice__cluster=cluster, generation=F("advice__generation"))
+        .values("advice_id", "advice__category", "advice__action", "advice__rule")
+        .annotate(last=Max("updated_at"), dissent=Count("id", filter=Q(agrees=False)))
+        .filter(last__gte=since, last__lte=now)
+        .order_by()
+    )
+    counts: dict[tuple[str, str], list[int]] = {}
+    for row in rows:
+        values = {
+            "category": row["advice__category"],
+            "action": row["advice__action"],
+            "rule": row["advice__rule"],
+        }
+        for dimension in PRECISION_DIMENSIONS:
+            key = (dimension, values[dimension] or "(none)")
+            tally = counts.setdefault(key, [0, 0])
+            tally[0] += int(row["dissent"] == 0)
+            tally[1] += 1
+    return [
+        PrecisionRow(dimension, value, agreed, labelled)
+        for (dimension, value), (agreed, labelled) in sorted(
+            counts.items(), key=lambda item: (PRECISION_DIMENSIONS.index(item[0][0]), item[0][1])
+        )
+    ]

@@ -113,6 +113,8 @@ class AnomalySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "explanation",
             "evidence",
             "occurrences",
+            "signature",
+            "node_local",
             "state",
             "first_evidence_at",
             "detected_at",
@@ -143,6 +145,7 @@ class AdviceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "explanation",
             "category",
             "attribution",
+            "rule",
             "confidence_label",
             "enforce",
             "state",
@@ -247,6 +250,19 @@ class AgreementSerializer(serializers.Serializer):  # type: ignore[type-arg]
     met = serializers.BooleanField()
     shortfall = serializers.CharField()
     by_day = DayAgreementSerializer(many=True)
+
+
+class PrecisionRowSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    dimension = serializers.ChoiceField(choices=["category", "action", "rule"])
+    value = serializers.CharField()
+    agreed = serializers.IntegerField()
+    labelled = serializers.IntegerField()
+    precision = serializers.FloatField(allow_null=True)
+
+
+class PrecisionSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    window_days = serializers.IntegerField()
+    rows = PrecisionRowSerializer(many=True)
 
 
 # No cluster or name: it is nested in the node, which has both.

@@ -114,6 +114,16 @@ class ClusterViewSet(ReadOnlyViewSet):
         }
         return Response(s.AgreementSerializer(data).data)
 
+    @extend_schema(responses=s.PrecisionSerializer)
+    @action(detail=True, methods=["get"])
+    def precision(self, request: Request, name: str) -> Response:
+        """Per category, action and rule: how often reviewers agreed with the advice in the
+        policy's window (which rules can be trusted in action mode)."""
+        cluster = self.get_object()
+        rows = [{**row.__dict__, "precision": row.precision} for row in reviews.precision(cluster)]
+        window = reviews.agreement(cluster).window_days
+        return Response(s.PrecisionSerializer({"window_days": window, "rows": rows}).data)
+
     @extend_schema(
         request=s.NoteSerializer, responses={201: s.ModeChangeRequestSerializer, **REFUSED}
     )

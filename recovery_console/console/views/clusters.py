@@ -6,6 +6,7 @@ from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 
 from detection.models import Anomaly
+from recovery_console.console import reviews
 from recovery_console.console.views import stats
 from recovery_console.fleet.models import Attempt, Cluster, Node, WorkloadState
 
@@ -35,7 +36,12 @@ def cluster_card(request: HttpRequest, name: str) -> HttpResponse:
 @viewer_required
 def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
     cluster = cluster_or_404(name)
-    context = {"s": stats.summary(cluster), **_cluster_context(cluster), "section": "overview"}
+    context = {
+        "s": stats.summary(cluster),
+        **_cluster_context(cluster),
+        "precision": reviews.precision(cluster),
+        "section": "overview",
+    }
     return page(request, "console/cluster.html", context)
 
 

@@ -27,9 +27,9 @@ def review_queue(request: HttpRequest) -> HttpResponse:
     context = {**_queue_context(request), "section": "reviews"}
     chosen = request.GET.get("cluster")
     # Only the full page draws the chart: it costs two measurements per cluster.
-    context["figure"] = agreement_figure(
-        [c for c in Cluster.objects.all() if not chosen or c.name == chosen]
-    )
+    shown = [c for c in Cluster.objects.all() if not chosen or c.name == chosen]
+    context["figure"] = agreement_figure(shown)
+    context["precision_by_cluster"] = [(c, reviews.precision(c)) for c in shown]
     return page(request, "console/reviews.html", context)
 
 
