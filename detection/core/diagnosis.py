@@ -231,8 +231,12 @@ def _from_initiating(
     hosts, ambiguous = _implicated(primary, initiating, ctx)
     others = [f for f in initiating if f is not primary]
     node_local = primary.implicates_node and not ambiguous
+    attribution = primary.attribution
     if primary.signature in _RELATIVE and not hosts:
         ambiguous = False
+        if primary.category is Category.STRAGGLER:
+            # A slowdown no node is named for is nobody's fault yet: it is reported.
+            attribution = Attribution.NONE
     explanation = " ".join(
         part
         for part in (
@@ -246,7 +250,7 @@ def _from_initiating(
         primary,
         kind=primary.kind,
         category=primary.category,
-        attribution=primary.attribution,
+        attribution=attribution,
         confidence=_confidence(primary, ambiguous),
         evidence=evidence_of([primary, *others, *cascades, *hints]),
         explanation=explanation,

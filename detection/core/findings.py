@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from detection.core.detectors.divergence import LOSS_DIVERGENCE
 from detection.core.signatures import BUILTIN_SIGNATURES
-from detection.core.trends import LAGGING_MEMBER
+from detection.core.trends import LAGGING_GPU, LAGGING_MEMBER
 
 DETECTOR_FINDINGS = frozenset(
     {
         LOSS_DIVERGENCE,
         LAGGING_MEMBER,
+        LAGGING_GPU,
         "progress",
         "gpus_idle",
         "throughput_drop",

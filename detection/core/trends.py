@@ -26,6 +26,9 @@ EXCERPT_DIVERGENCE = DivergenceSettings(settle_readings=0)
 MAX_STREAMS = 10_000
 MAX_TEXT = 2000
 LAGGING_MEMBER = "lagging_member"
+# One GPU of a node far behind the node's others (a stress test's per-GPU results): the GPU's
+# own fault, whichever node it is.
+LAGGING_GPU = "lagging_gpu"
 # NVRx's default straggler threshold: a member at 0.7 of the best one's performance.
 LAG_RATIO = 1 / 0.7
 _LAGGING = classify(
@@ -153,7 +156,7 @@ def _lag_group(
     named = ", ".join(f"{member} {name} ({ratio:.1f}x behind)" for name, ratio in lag[:8])
     return _group(
         lines,
-        LAGGING_MEMBER,
+        LAGGING_GPU if member == "GPU" else LAGGING_MEMBER,
         _LAGGING,
         line_no,
         f"A performance report shows a member far behind the best one: {named}",

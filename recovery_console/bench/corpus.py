@@ -52,14 +52,14 @@ def load_cases(directory: Path) -> list[Case]:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
         raw = document["cases"]
-        return [_case(entry) for entry in raw]
+        return [case_from(entry) for entry in raw]
     except OSError as exc:
         raise CorpusError(f"cannot read {path}: {exc.strerror}") from exc
     except (ValueError, KeyError, TypeError) as exc:
         raise CorpusError(f"{path} is not a corpus index: {exc}") from exc
 
 
-def _case(entry: dict[str, Any]) -> Case:
+def case_from(entry: dict[str, Any]) -> Case:
     context = entry.get("context") or {}
     allowed = {"nodes", "tasks_per_node", "source_host", "world_size"}
     unknown = set(context) - allowed

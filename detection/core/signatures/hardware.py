@@ -111,11 +111,17 @@ GPU = (
     sig(
         "gpu_unavailable",
         r"CUDA-capable device\(s\) is/are busy or unavailable"
-        r"|Unable to determine the device handle for GPU"
         r"|NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"
         r"|no CUDA-capable device is detected",
         classify(K.CRASH, C.GPU_HARDWARE, A.SYSTEM_SOFTWARE, R.INITIATING, True, S.ERROR),
         "A GPU of the node cannot be used.",
+    ),
+    sig(
+        "gpu_handle_lost",
+        r"Unable to determine the device handle for GPU",
+        HW_NODE_ERROR,
+        "NVML cannot reach one of the node's GPUs (it fell off the bus or hangs).",
+        refine=flood,
     ),
     sig(
         "gpu_cuda_unknown_error",

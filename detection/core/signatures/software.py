@@ -255,7 +255,8 @@ HOSTS_AND_SCHEDULERS = (
     ),
     sig(
         "slurm_cancelled_preemption",
-        r"CANCELLED AT \S{1,40} DUE TO PREEMPTION|job preempted\b|\bPREEMPTED\b",
+        r"CANCELLED AT \S{1,40} DUE TO (?:PREEMPTION|JOB REQUEUE)|job preempted\b|\bPREEMPTED\b"
+        r"|this job is preempted",
         SCHED,
         "The scheduler preempted the job.",
         refine=flood,
