@@ -178,7 +178,7 @@ def _loss(monitor: AttemptMonitor) -> tuple[LossTrend, dict[str, str]]:
         since_peak=int(data.get("since_peak", 0)),
         **numbers,
     )
-    return trend, dict(data.get("peak") or {})
+    return trend, dict(data.get("peak_line") or {})
 
 
 _LOSS_FLOATS = ("lowest", "baseline", "peak", "last")
@@ -193,7 +193,7 @@ def _store_loss(monitor: AttemptMonitor, trend: LossTrend, peak: dict[str, str])
         "readings": trend.readings,
         "peak_at": trend.peak_at,
         "since_peak": trend.since_peak,
-        "peak": peak,
+        "peak_line": peak,
     }
 
 

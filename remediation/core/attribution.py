@@ -116,6 +116,8 @@ def _explain(
     if learned:
         named = "; ".join(f"{host} ({origin})" for host, origin in sorted(learned.items()))
         parts.append(f"The node at fault: {named}.")
+    elif kept:
+        parts.append(f"Implicated: {', '.join(sorted(kept))}.")
     elif not kept and down and interruption.category is Category.NODE_OR_PROCESS_FAILURE:
         parts.append(
             f"The scheduler reports {', '.join(down)} unhealthy, "

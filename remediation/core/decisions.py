@@ -169,9 +169,8 @@ def _restart_reason(incident: Incident, rule: str) -> str:
         return "the job stopped making progress: restart it from its last checkpoint"
     if rule == NODE_LOCAL:
         return "node-local evidence, but the node cannot be taken out: restart"
-    return (
-        f"a transient {incident.category.replace('_', ' ')} failure ({_rule_words(rule)}): restart"
-    )
+    what = incident.category.replace("_", " ").removesuffix(" failure")
+    return f"a transient {what} failure ({_rule_words(rule)}): restart"
 
 
 def _rule_words(rule: str) -> str:
@@ -217,12 +216,12 @@ def _count(value: object) -> int | None:
 
 def _bound_reason(incident: Incident, history: History, limits: Limits) -> str:
     if history.restarts >= limits.max_restarts_per_workload:
-        return f"the workload has used its {limits.max_restarts_per_workload} restarts: stop"
+        return f"the workload has used its {limits.max_restarts_per_workload} restarts"
     retries = retries_without_progress(history.root_causes, incident.root_cause, incident.step)
     if retries >= limits.max_retries_per_root_cause:
         return (
             f"{retries} restarts after '{incident.root_cause}' made no progress "
-            f"(limit {limits.max_retries_per_root_cause}): stop"
+            f"(limit {limits.max_retries_per_root_cause})"
         )
     return ""
 

@@ -41,7 +41,7 @@ def test_a_10_mb_single_line_and_random_binary_are_diagnosed() -> None:
     junk = bytes((i * 7919 + 13) % 256 for i in range(2 * 1024 * 1024))
     result, report = diagnose_bytes(junk)
     assert report.invalid_utf8_replaced > 0
-    json.dumps(result.to_dict())
+    json.dumps([result.summary, *(e.to_record() for e in result.evidence)])
 
 
 def test_a_flood_of_matching_lines_is_classified_up_to_the_cap_and_says_so() -> None:
@@ -72,4 +72,4 @@ def test_decoding_arbitrary_bytes_is_total(data: bytes) -> None:
 @given(st.binary(max_size=3000))
 def test_diagnosing_arbitrary_bytes_never_raises(data: bytes) -> None:
     result, _ = diagnose_bytes(data)
-    json.dumps(result.to_dict())
+    json.dumps([result.summary, *(e.to_record() for e in result.evidence)])

@@ -39,7 +39,10 @@ def anomaly_on(
     label="established",
     root_cause="nvrm_xid:n2",
     at=T0,
+    node_local=None,
 ):
+    """An anomaly as detection stores it; the signature is the root cause's first part, and
+    GPU hardware evidence is node-local unless said otherwise (an Xid 79, by default)."""
     anomaly, _ = record_interruption(
         attempt,
         Interruption(
@@ -53,6 +56,8 @@ def anomaly_on(
             explanation="Xid 79 on n2",
             evidence=(Evidence(text="NVRM: Xid (PCI:0000:3b:00): 79", host="n2"),),
             first_evidence_at=at,
+            signature=root_cause.split(":", 1)[0],
+            node_local=category == "gpu_hardware" if node_local is None else node_local,
         ),
         at,
     )

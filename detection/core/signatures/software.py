@@ -255,7 +255,7 @@ HOSTS_AND_SCHEDULERS = (
     ),
     sig(
         "slurm_cancelled_preemption",
-        r"CANCELLED AT \S{1,40} DUE TO (?:PREEMPTION|JOB REQUEUE)|job preempted\b|\bPREEMPTED\b"
+        r"CANCELLED AT \S{1,40} DUE TO PREEMPTION|job preempted\b|\bPREEMPTED\b"
         r"|this job is preempted",
         SCHED,
         "The scheduler preempted the job.",
@@ -462,7 +462,9 @@ HINTS = (
     sig(
         "slurm_cancelled",
         r"\*\*\* (?:JOB|STEP) \S{1,40} (?:ON \S{1,255} )?CANCELLED AT \S{1,40}(?: \*\*\*| by)"
-        r"|Job deleted at request of",
+        r"|Job deleted at request of"
+        # A requeue (ours, or an operator's) ends the running steps; it is not a failure.
+        r"|CANCELLED AT \S{1,40} DUE TO JOB REQUEUE",
         hint(C.NODE_OR_PROCESS_FAILURE, A.SCHEDULER),
         "The scheduler cancelled the job (by a user or an operator).",
     ),

@@ -189,7 +189,16 @@ def test_float_and_integer_timestamps_are_both_read(
     scrape = source.scrape()
 
     assert scrape.samples == (
-        MetricSample(datetime.fromtimestamp(at, UTC), "gpu-node-02", 2, XID_METRIC, 79.0, "4242"),
+        MetricSample(
+            datetime.fromtimestamp(at, UTC),
+            "gpu-node-02",
+            2,
+            XID_METRIC,
+            79.0,
+            "4242",
+            # dcgm-exporter's pci_bus_id: what ties the GPU to a kernel Xid line's address.
+            "00000000:4C:00.0",
+        ),
     )
     query = replay_server.requests[0].param("query") or ""
     assert "max without (err_code, err_msg)" in query
