@@ -182,9 +182,12 @@ def _primary(initiating: Sequence[MatchGroup], ctx: DiagnosisContext) -> MatchGr
         and SEVERITY_RANK[f.severity] >= SEVERITY_RANK[Severity.ERROR]
     ]
     if node_faults:
-        # The evidence that says which node beats evidence that only says "a node".
-        named = [f for f in node_faults if hosts_of(f, ctx)]
-        return (named or node_faults)[0]
+        # The evidence that says which node beats evidence that only says "a node"; then the
+        # graver (a fallen-off GPU over the launch failure it caused); then the earlier.
+        return min(
+            node_faults,
+            key=lambda f: (not hosts_of(f, ctx), -SEVERITY_RANK[f.severity], f.first_line),
+        )
     serious = [f for f in initiating if SEVERITY_RANK[f.severity] >= SEVERITY_RANK[Severity.ERROR]]
     return serious[0] if serious else initiating[0]
 
@@ -203,8 +206,6 @@ def _implicated(
     if primary.category is Category.INTERCONNECT_NETWORK and len(hosts) > 1:
         # Several hosts see completion errors: the fault is on the peer they share, which the
         # log names only by address.
-        return {}, True
-    if primary.signature in _RELATIVE and not hosts:
         return {}, True
     return hosts, False
 
@@ -230,13 +231,12 @@ def _from_initiating(
 ) -> Interruption:
     hosts, ambiguous = _implicated(primary, initiating, ctx)
     others = [f for f in initiating if f is not primary]
-    node_local = primary.implicates_node and not ambiguous
+    unnamed_relative = primary.signature in _RELATIVE and not hosts
+    node_local = primary.implicates_node and not ambiguous and not unnamed_relative
     attribution = primary.attribution
-    if primary.signature in _RELATIVE and not hosts:
-        ambiguous = False
-        if primary.category is Category.STRAGGLER:
-            # A slowdown no node is named for is nobody's fault yet: it is reported.
-            attribution = Attribution.NONE
+    if unnamed_relative and primary.category is Category.STRAGGLER:
+        # A slowdown no node is named for is nobody's fault yet: it is reported.
+        attribution = Attribution.NONE
     explanation = " ".join(
         part
         for part in (

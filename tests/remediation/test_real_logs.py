@@ -28,7 +28,9 @@ def case_id(case: dict[str, Any]) -> str:
 
 def _param(case: dict[str, Any]) -> Any:
     marks = (
-        [pytest.mark.xfail(strict=True, reason=case["known_miss"])] if case.get("known_miss") else []
+        [pytest.mark.xfail(strict=True, reason=case["known_miss"])]
+        if case.get("known_miss")
+        else []
     )
     return pytest.param(case, id=case_id(case), marks=marks)
 
