@@ -1,20 +1,27 @@
-"""The recovery policy's decisions: pure, no Django."""
+"""The recovery policy's decisions: the rule table's action, the bounds around it and isolation
+within the circuit breaker. Pure, no Django."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from recovery_console.fleet.core.taxonomy import Action
+from remediation.core.decisions import decide, job_options, retries_without_progress
 from remediation.core.incident import History, Incident
-from remediation.core.policy import (
-    Action,
-    decide,
-    job_options,
-    parse_policy,
-    retries_without_progress,
-)
+from remediation.core.policy import parse_policy
 
 POLICY = parse_policy({"drain_after_strikes": 3, "circuit_breaker_max_share": 0.1})
 XID = Incident(
-    "crash", "gpu_hardware", "hardware", "established", ("n7",), "nvrm_xid:n7", "gpu", 900
+    "crash",
+    "gpu_hardware",
+    "hardware",
+    "established",
+    ("n7",),
+    "nvrm_xid:n7",
+    "gpu",
+    900,
+    signature="nvrm_xid",
+    node_local=True,
 )
 
 
@@ -41,33 +48,99 @@ def test_a_node_is_drained_when_it_reaches_its_strikes() -> None:
     assert any("reached 3 strikes" in reason for reason in decision.reasons)
 
 
-def test_a_mere_hypothesis_excludes_nobody() -> None:
+def test_a_mere_hypothesis_excludes_nobody() -> None:  # and names no stop either
     decision = decide(POLICY, incident(confidence_label="hypothesis"), History(cluster_nodes=100))
     assert decision.action is Action.RESTART
     assert decision.exclude == ()
     assert "only suspected" in decision.reasons[-1]
 
 
-def test_an_established_application_error_stops_at_once() -> None:
-    bad_config = incident(category="application_error", attribution="application", hosts=())
-    decision = decide(POLICY, bad_config, History())
-    assert decision.action is Action.STOP
-    assert "cannot fix" in decision.reasons[0]
+def app_error(**changes: object) -> Incident:
+    defaults = {
+        "category": "application_error",
+        "attribution": "application",
+        "hosts": (),
+        "signature": "python_exception",
+        "node_local": False,
+        "root_cause": "python_exception",
+    }
+    return incident(**{**defaults, **changes})
 
 
-def test_a_suspected_application_error_is_restarted_because_a_false_stop_costs_more() -> None:
-    suspected = incident(
-        category="application_error",
-        attribution="application",
-        hosts=(),
-        confidence_label="supported",
+def test_an_application_error_stops_at_once_saying_what_to_fix() -> None:
+    detail = "KeyError: 'lr', raised in build at train.py:12"
+    decision = decide(POLICY, app_error(detail=detail), History())
+    assert (decision.action, decision.rule) == (Action.STOP, "application_error")
+    assert "repeats on a retry" in decision.reasons[0]
+    assert decision.fix.startswith("fix the error in the code or the configuration")
+    assert detail in decision.fix
+
+
+@pytest.mark.parametrize(
+    ("signature", "category", "action"),
+    [
+        ("fs_no_space", "filesystem_io", Action.STOP),
+        ("fs_io_error", "filesystem_io", Action.RESTART),
+        ("host_oom_killer", "node_or_process_failure", Action.STOP),
+        ("process_sigkill", "node_or_process_failure", Action.RESTART),
+        ("cuda_illegal_memory_access", "application_error", Action.RESTART),
+        ("slurm_cancelled", "node_or_process_failure", Action.NONE),
+        ("loss_divergence", "numerical_divergence", Action.STOP),
+    ],
+)
+def test_a_signature_rule_says_more_than_its_category(
+    signature: str, category: str, action: Action
+) -> None:
+    found = app_error(signature=signature, category=category)
+    assert decide(POLICY, found, History()).action is action
+
+
+def test_node_local_evidence_beats_the_category_and_a_signature_rule_beats_both() -> None:
+    nvlink = incident(category="interconnect_network", signature="ib_link_down")
+    assert decide(POLICY, nvlink, History(cluster_nodes=100)).action is (
+        Action.RESTART_EXCLUDING_NODE
     )
-    assert decide(POLICY, suspected, History()).action is Action.RESTART
+    policy = parse_policy({"rules": {"ib_link_down": "restart"}})
+    assert decide(policy, nvlink, History(cluster_nodes=100)).action is Action.RESTART
+
+
+def test_a_partition_rule_overrides_the_cluster_rule_for_its_jobs_only() -> None:
+    policy = parse_policy(
+        {
+            "rules": {"cuda_oom": "restart"},
+            "partitions": {"debug": {"rules": {"cuda_oom": "none"}}},
+        }
+    )
+    oom = app_error(category="cuda_oom", signature="cuda_oom")
+    assert decide(policy, oom, History()).action is Action.RESTART
+    assert decide(policy, incident(**{**oom.__dict__, "partition": "debug"}), History()).action is (
+        Action.NONE
+    )
+    assert decide(POLICY, oom, History()).action is Action.STOP
+
+
+def test_nothing_failed_is_never_acted_on() -> None:
+    logged = incident(kind="none", signature="nvrm_xid", node_local=False)
+    decision = decide(POLICY, logged, History())
+    assert decision.action is Action.NONE and "nothing failed" in decision.reasons[0]
+
+
+def test_node_local_evidence_without_a_host_says_which_line_to_follow() -> None:
+    anonymous = incident(hosts=())
+    decision = decide(POLICY, anonymous, History(cluster_nodes=100))
+    assert (decision.action, decision.exclude) == (Action.RESTART_EXCLUDING_NODE, ())
+    assert "does not say which node" in decision.reasons[0]
 
 
 def test_repeating_the_same_failure_without_progress_stops_after_the_limit() -> None:
     oom = incident(
-        category="cuda_oom", attribution="application", hosts=(), root_cause="oom", step=500
+        category="filesystem_io",
+        attribution="system_software",
+        hosts=(),
+        root_cause="oom",
+        step=500,
+        signature="fs_io_error",
+        node_local=False,
     )
     past = (("oom", 500), ("oom", 500))
     assert decide(POLICY, oom, History(root_causes=past)).action is Action.RESTART
@@ -112,7 +185,14 @@ def test_a_disabled_partition_gets_no_action() -> None:
 
 
 def test_a_slowdown_with_no_node_to_blame_is_only_reported() -> None:
-    slow = incident(kind="straggler", category="straggler", hosts=(), confidence_label="supported")
+    slow = incident(
+        kind="straggler",
+        category="straggler",
+        hosts=(),
+        confidence_label="supported",
+        signature="throughput_drop",
+        node_local=False,
+    )
     assert decide(POLICY, slow, History()).action is Action.NONE
 
 
@@ -123,6 +203,8 @@ def test_a_hang_restarts_from_the_checkpoint() -> None:
         attribution="none",
         hosts=(),
         confidence_label="supported",
+        signature="progress",
+        node_local=False,
     )
     decision = decide(POLICY, hang, History())
     assert decision.action is Action.RESTART and "stopped making progress" in decision.reasons[0]
@@ -136,20 +218,30 @@ def test_garbage_comments_are_ignored() -> None:
 
 @given(
     st.sampled_from(["gpu_hardware", "application_error", "cuda_oom", "interconnect_network"]),
+    st.booleans(),
     st.sampled_from(["established", "supported", "hypothesis"]),
     st.lists(st.sampled_from(["n1", "n2", "n3"]), max_size=3, unique=True),
     st.integers(0, 20),
     st.integers(1, 50),
 )
 def test_every_decision_has_reasons_and_never_isolates_past_the_breaker(
-    category: str, label: str, hosts: list[str], restarts: int, cluster_nodes: int
+    category: str,
+    node_local: bool,
+    label: str,
+    hosts: list[str],
+    restarts: int,
+    cluster_nodes: int,
 ) -> None:
     decision = decide(
         POLICY,
-        incident(category=category, confidence_label=label, hosts=tuple(hosts)),
+        incident(
+            category=category, node_local=node_local, confidence_label=label, hosts=tuple(hosts)
+        ),
         History(restarts=restarts, cluster_nodes=cluster_nodes),
     )
-    assert decision.reasons
+    assert decision.reasons and decision.rule
+    if decision.action is Action.STOP:
+        assert decision.fix
     isolated = set(decision.exclude) | set(decision.drain)
     assert len(isolated) <= max(0, int(POLICY.circuit_breaker_max_share * cluster_nodes))
     if decision.action is Action.STOP:
