@@ -12,7 +12,6 @@ from datetime import datetime
 from detection.core.config import DetectorConfig
 from detection.core.constants import Role
 from detection.core.detectors.divergence import (
-    DivergenceSettings,
     LossTrend,
     diverged,
     divergence_interruption,
@@ -65,8 +64,8 @@ def observe(monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorC
             before = loss.peak_at
             # Where the peak was: its step, or the reading's number when the format has none.
             at = progress.step if progress.step is not None else loss.readings + 1
-            loss = loss.add(progress.loss, at, progress.step, _WARMUP)
-            if loss.peak_at != before or loss.readings == 1:
+            loss = loss.add(progress.loss, at, progress.step)
+            if loss.peak_at != before:
                 peak = {"at": line.at.isoformat(), "text": line.text[:2000]}
     _store_tracker(monitor, tracker)
     _store_history(monitor, history)
@@ -165,17 +164,13 @@ def _store_tracker(monitor: AttemptMonitor, tracker: ProgressTracker) -> None:
     monitor.last_progress_at = tracker.last_progress_at
 
 
-# Steps before this are warm-up, whose loss swings are no sign of divergence.
-_WARMUP = DivergenceSettings().warmup_steps
-
-
 def _loss(monitor: AttemptMonitor) -> tuple[LossTrend, dict[str, str]]:
     data = (monitor.progress or {}).get("loss") or {}
     numbers = {k: float(v) for k, v in data.items() if k in _LOSS_FLOATS and v is not None}
     trend = LossTrend(
         readings=int(data.get("readings", 0)),
         peak_at=data.get("peak_at"),
-        since_peak=int(data.get("since_peak", 0)),
+        since_spike=int(data.get("since_spike", 0)),
         **numbers,
     )
     return trend, dict(data.get("peak_line") or {})
@@ -192,7 +187,7 @@ def _store_loss(monitor: AttemptMonitor, trend: LossTrend, peak: dict[str, str])
         **stored,
         "readings": trend.readings,
         "peak_at": trend.peak_at,
-        "since_peak": trend.since_peak,
+        "since_spike": trend.since_spike,
         "peak_line": peak,
     }
 

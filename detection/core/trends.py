@@ -55,7 +55,7 @@ def loss_divergence(
         if stream not in trends and len(trends) >= MAX_STREAMS:
             continue
         trends[stream] = trends.get(stream, LossTrend()).add(
-            progress.loss, line_no, progress.step, settings.warmup_steps
+            progress.loss, line_no, progress.step, settings
         )
     for trend in trends.values():
         found = diverged(trend, settings)

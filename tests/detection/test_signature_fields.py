@@ -110,7 +110,7 @@ def test_gpu_and_job_ids_are_read_from_the_message() -> None:
 # --- Xid grading ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code", [48, 63, 64, 74, 79, 92, 94, 95, 119, 120])
+@pytest.mark.parametrize("code", [48, 64, 74, 79, 95, 110, 119, 120, 140, 171])
 def test_xids_the_catalogue_fixes_with_a_reset_or_reboot_implicate_the_node(code: int) -> None:
     grade = grade_xid(code, "")
     assert grade.implicates_node
@@ -136,9 +136,33 @@ def test_xid_13_does_not_implicate_the_node() -> None:
     assert finding.category is Category.APPLICATION_ERROR
 
 
+@pytest.mark.parametrize("code", [63, 92, 93])
+def test_xids_the_catalogue_says_to_ignore_are_context(code: int) -> None:
+    grade = grade_xid(code, "")
+    assert (grade.role, grade.implicates_node) == (Role.CONTEXT, False)
+
+
+def test_a_contained_memory_error_is_the_gpus_but_leaves_the_node_in() -> None:
+    grade = grade_xid(94, "")
+    assert (grade.category, grade.role, grade.implicates_node) == (
+        Category.GPU_HARDWARE,
+        Role.INITIATING,
+        False,
+    )
+
+
+def test_a_row_remap_waiting_for_a_reset_takes_the_node_out() -> None:
+    grade = grade_xid(63, "Row Remapper: New row marked for remapping, reset gpu to activate")
+    assert grade.implicates_node and grade.action == "RESET_GPU"
+
+
 def test_xid_43_and_45_are_cascades_of_an_earlier_fault() -> None:
     assert grade_xid(43, "").role is Role.CASCADE
-    assert grade_xid(45, "caused by previous Xid 149").role is Role.CASCADE
+    assert grade_xid(45, "ch 3").role is Role.CASCADE
+    # Unless Xid 45 names its cause: then the cause's grade is the one that counts.
+    after = grade_xid(45, "Ch 00000001 caused by previous Xid 149")
+    assert (after.role, after.implicates_node) == (Role.INITIATING, True)
+    assert grade_xid(45, "caused by previous Xid 43").role is Role.CASCADE
 
 
 def test_an_unknown_xid_is_hardware_but_does_not_exclude_the_node() -> None:

@@ -369,7 +369,9 @@ def test_the_node_named_by_srun_is_implicated_but_the_host_printing_node_failure
         ("RuntimeError: shape '[2, 3]' is invalid for input of size 5", True),
         ("KeyError: 'lr'", False),  # no traceback: we cannot tell it came from user code
         ("RuntimeError: Expected all tensors to be on the same device", False),
-        ("AssertionError", False),
+        ("AssertionError", True),  # the code's own check of its assumptions
+        ("FileNotFoundError: [Errno 2] No such file or directory: 'data/train.bin'", True),
+        ("ConnectionResetError: [Errno 104] Connection reset by peer", False),
     ],
 )
 def test_only_errors_a_retry_cannot_fix_are_unrecoverable(line: str, unrecoverable: bool) -> None:
@@ -392,7 +394,7 @@ def test_an_exception_name_mentioned_mid_sentence_is_not_a_finding() -> None:
     assert scan("INFO retrying after we caught a ValueError: transient").groups == ()
 
 
-def test_loss_scale_overflows_are_normal_until_the_scale_reaches_one() -> None:
+def test_loss_scale_overflows_are_normal_until_the_scale_nears_its_floor() -> None:
     healthy = (
         "[2023-04-28 06:51:30,648] [INFO] [loss_scaler.py:181:update_scale] [deepspeed] "
         "OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768"
@@ -400,3 +402,7 @@ def test_loss_scale_overflows_are_normal_until_the_scale_reaches_one() -> None:
     assert scan(healthy).groups == ()
     diverged = "[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 1, reducing to 1"
     assert only(scan(diverged)).category is Category.NUMERICAL_DIVERGENCE
+    # Halved from 2**16 twelve times: the gradients overflow step after step.
+    low = "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 16, reducing to 8"
+    assert only(scan(low)).category is Category.NUMERICAL_DIVERGENCE
+    assert scan(low.replace("16, reducing to 8", "32, reducing to 16")).groups == ()

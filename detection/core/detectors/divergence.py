@@ -38,34 +38,61 @@ class DivergenceSettings:
     warmup_steps: int = 100
 
 
+DEFAULT_SETTINGS = DivergenceSettings()
+
+
 @dataclass(frozen=True)
 class LossTrend:
-    """The loss readings of one run so far, reduced to what the verdict needs."""
+    """The loss readings of one run so far, reduced to what the verdict needs: the lowest loss,
+    and the spike under way (the low before it, its peak so far, readings since it began)."""
 
     readings: int = 0
     lowest: float = math.inf
-    # The biggest spike so far: the low before it, its peak, and where the peak was.
-    baseline: float = math.inf
+    baseline: float = math.inf  # finite while a spike is under way
     peak: float = -math.inf
     peak_at: int | None = None
-    since_peak: int = 0
+    since_spike: int = 0
     last: float | None = None
 
+    @property
+    def spiking(self) -> bool:
+        return math.isfinite(self.baseline)
+
     def add(
-        self, loss: float, at: int | None = None, step: int | None = None, warmup: int = 0
+        self,
+        loss: float,
+        at: int | None = None,
+        step: int | None = None,
+        settings: DivergenceSettings | None = None,
     ) -> LossTrend:
         """The trend after one more reading (``at``: a line number or a step, for evidence;
         ``step``: the training step, when the line shows it, so warm-up readings are left out)."""
-        if not math.isfinite(loss):
+        rules = settings or DEFAULT_SETTINGS
+        if not math.isfinite(loss) or (step is not None and step < rules.warmup_steps):
             return self  # NaN and Inf are the signatures' to report
-        if step is not None and step < warmup:
-            return self
-        trend = replace(self, readings=self.readings + 1, last=loss, since_peak=self.since_peak + 1)
-        if self.lowest > 0 and math.isfinite(self.lowest):
-            ratio, best = loss / self.lowest, self.peak / self.baseline if self.peak_at else 0.0
-            if ratio >= best and ratio > 1.0:
-                trend = replace(trend, baseline=self.lowest, peak=loss, peak_at=at, since_peak=0)
-        return replace(trend, lowest=min(self.lowest, loss))
+        trend = replace(self, readings=self.readings + 1, last=loss)
+        if self.spiking:
+            if loss < rules.recovered_ratio * self.baseline:
+                # Back where it was: the spike is over; the run recovered by itself.
+                return replace(
+                    trend,
+                    baseline=math.inf,
+                    peak=-math.inf,
+                    peak_at=None,
+                    since_spike=0,
+                    lowest=min(self.lowest, loss),
+                )
+            trend = replace(trend, since_spike=self.since_spike + 1)
+            return replace(trend, peak=loss, peak_at=at) if loss > self.peak else trend
+        low = self.lowest
+        if (
+            math.isfinite(low)
+            and low >= rules.min_baseline
+            and loss >= rules.spike_ratio * low
+            and loss - low >= rules.min_jump
+        ):
+            return replace(trend, baseline=low, peak=loss, peak_at=at, since_spike=0)
+        return replace(trend, lowest=min(low, loss))
 
 
 @dataclass(frozen=True)
@@ -85,17 +112,12 @@ class Divergence:
 def diverged(trend: LossTrend, settings: DivergenceSettings | None = None) -> Divergence | None:
     """The spike that did not recover, or None while the loss behaves (or is too short a
     series to say)."""
-    rules = settings or DivergenceSettings()
-    if trend.readings < rules.min_readings or trend.last is None or trend.peak_at is None:
+    rules = settings or DEFAULT_SETTINGS
+    if not trend.spiking or trend.readings < rules.min_readings or trend.last is None:
         return None
-    baseline = trend.baseline
-    if baseline < rules.min_baseline or trend.peak - baseline < rules.min_jump:
+    if trend.since_spike < rules.settle_readings:
         return None
-    if trend.peak < rules.spike_ratio * baseline or trend.since_peak < rules.settle_readings:
-        return None
-    if trend.last < rules.recovered_ratio * baseline:
-        return None
-    return Divergence(baseline, trend.peak, trend.last, trend.peak_at)
+    return Divergence(trend.baseline, trend.peak, trend.last, trend.peak_at)
 
 
 def divergence_interruption(
