@@ -1,5 +1,6 @@
 """``manage.py diagnose`` as an operator runs it: a file, standard input, or JSON lines."""
 
+import io
 import json
 import subprocess
 import sys
@@ -7,6 +8,8 @@ from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+
+from recovery_console.fleet import services
 
 ROOT = Path(__file__).resolve().parents[2]
 XID_79 = (
@@ -84,3 +87,49 @@ def test_jsonl_gives_one_result_per_record_and_reports_bad_records(tmp_path: Pat
 def test_a_missing_file_is_a_clear_error() -> None:
     with pytest.raises(CommandError, match="cannot read /nonexistent.log: No such file"):
         call_command("diagnose", "/nonexistent.log")
+
+
+KERNEL_XID = "[ 1843.308145] NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus\n"
+RANK_ECC = "[rank9]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+
+
+def answer(*args: str, stdin: str) -> dict:
+    result = diagnose(*args, "-", stdin=stdin.encode())
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_node_local_evidence_without_a_host_still_excludes_and_says_which_line() -> None:
+    got = answer(stdin=KERNEL_XID)
+    assert (got["action"], got["implicated_hosts"]) == ("restart_excluding_node", [])
+    assert "the node that logged line 1" in got["explanation"]
+
+
+def test_host_names_the_node_whose_own_log_the_excerpt_is() -> None:
+    got = answer("--host", "gpu-node-05", stdin=KERNEL_XID)
+    assert got["implicated_hosts"] == ["gpu-node-05"]
+    assert "gpu-node-05 (the excerpt is its log)" in got["explanation"]
+
+
+def test_nodes_and_tasks_per_node_map_a_rank_to_its_host() -> None:
+    got = answer("--nodes", "a1,a2,a3", "--tasks-per-node", "4", stdin=RANK_ECC)
+    assert got["implicated_hosts"] == ["a3"]
+    assert "a3 (the rank runs there)" in got["explanation"]
+
+
+def test_a_stop_says_what_to_change() -> None:
+    got = answer(stdin="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert got["action"] == "stop"
+    assert "lower the micro-batch size" in got["explanation"]
+
+
+@pytest.mark.django_db
+def test_a_clusters_policy_decides_with_cluster(tmp_path: Path) -> None:
+    services.create_cluster("test", "lab", policy={"rules": {"cuda_oom": "restart"}})
+    log = tmp_path / "oom.log"
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    stdout = io.StringIO()
+    call_command("diagnose", "--cluster", "lab", str(log), stdout=stdout)
+    assert json.loads(stdout.getvalue())["action"] == "restart"
+    with pytest.raises(CommandError, match="no cluster named 'nowhere'"):
+        call_command("diagnose", "--cluster", "nowhere", str(log))
