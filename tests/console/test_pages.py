@@ -386,3 +386,25 @@ def test_a_clusters_custom_signatures_are_used_when_asked(cluster) -> None:
     form = {"text": "fabricd: link down\n", "tasks_per_node": 8}
     assert "site_fabric_down" not in text(client.post("/signals/", form))
     assert "site_fabric_down" in text(client.post("/signals/", form | {"cluster": "research"}))
+
+
+def test_the_page_decides_under_the_chosen_clusters_policy_and_says_what_to_change(
+    cluster,
+) -> None:
+    oom = {"text": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n"}
+    form = oom | {"tasks_per_node": 8}
+    client = client_for("viewer")
+    default = text(client.post("/signals/", form))
+    assert 'data-field="action">stop' in default
+    assert "Rule <code>cuda_oom</code>" in default
+    assert "lower the micro-batch size" in default
+    services.update_cluster_settings("test", cluster, policy={"rules": {"cuda_oom": "restart"}})
+    lenient = text(client.post("/signals/", form | {"cluster": "research"}))
+    assert 'data-field="action">restart' in lenient
+
+
+def test_the_node_whose_log_it_is_names_the_host_of_a_kernel_line(cluster) -> None:
+    form = {"text": XID_LOG, "tasks_per_node": 8, "host": "gpu-node-004"}
+    page = text(client_for("viewer").post("/signals/", form))
+    assert 'data-field="implicated_hosts">gpu-node-004' in page
+    assert 'data-field="action">restart_excluding_node' in page
