@@ -108,6 +108,11 @@ def diagnose_scan(scan: ScanResult, context: DiagnosisContext | None = None) -> 
         # preemption is how it ended, not why.
         initiating = tuple(f for f in initiating if f.attribution is not Attribution.SCHEDULER)
         cascades = (*cascades, *endings)
+    explaining = [h for h in hints if h.implicates_node]
+    if not initiating and cascades and explaining:
+        # Only consequences were logged, but a node-local event (its link went down) came
+        # first: that event is why.
+        initiating, hints = tuple(explaining), tuple(h for h in hints if h not in explaining)
     if initiating:
         found = _from_initiating(_primary(initiating, ctx), initiating, cascades, hints, ctx)
     elif _cancelled_by_a_person(cascades, hints):

@@ -106,6 +106,15 @@ _GPU = (
     # No Xid to read: all a detector can see is the NCCL timeout, hence its category.
     FaultEntry("gpu_silent_hang", Family.GPU, _H, Category.NCCL_TIMEOUT_HANG, _HW, 0.03, True,
                "gpu_hang", "a GPU stopped making progress without any driver message"),
+    # No Xid reaches the log: the node is known only from where the error was read.
+    FaultEntry("cuda_unknown_error", Family.GPU, _C, Category.GPU_HARDWARE, _HW, 0.04, True,
+               "gpu_crash", "the GPU failed under the job with no Xid logged", 0, "",
+               "RuntimeError: CUDA error: unknown error", sticky=True),
+    FaultEntry("pcie_aer_fatal", Family.GPU, _C, Category.GPU_HARDWARE, _HW, 0.03, True,
+               "gpu_crash", "uncorrectable PCIe error on the GPU's link (AER)", 0,
+               "pcieport 0000:{root}:00.0: AER: Uncorrected (Fatal) error received: "
+               "0000:{bus}:00.0", "RuntimeError: CUDA error: unspecified launch failure",
+               sticky=True),
     FaultEntry("gpu_thermal_throttle", Family.GPU, _S, Category.STRAGGLER, _HW, 0.03, True,
                "throttle", "thermal slowdown on every GPU of a node (failed fan)",
                detail="thermal", sticky=True),
@@ -146,8 +155,11 @@ _NETWORK = (
 _HOST = (
     FaultEntry("node_crash", Family.HOST, _C, Category.NODE_OR_PROCESS_FAILURE, _HW, 0.45, True,
                "node_crash", "node crashed (machine check, kernel panic); Slurm NODE_FAIL"),
-    FaultEntry("host_oom_killer", Family.HOST, _C, Category.NODE_OR_PROCESS_FAILURE, _SW, 0.33,
-               True, "host_oom", "host memory exhausted; the kernel OOM killer killed a rank"),
+    # The job asked for more host memory than the node has: not the node's fault, and the
+    # same job runs out again after a restart.
+    FaultEntry("host_oom_killer", Family.HOST, _C, Category.NODE_OR_PROCESS_FAILURE, _APP, 0.33,
+               False, "host_oom", "host memory exhausted; the kernel OOM killer killed a rank",
+               persistent=True),
     FaultEntry("soft_lockup_hang", Family.HOST, _H, Category.NODE_OR_PROCESS_FAILURE, _SW, 0.18,
                True, "soft_lockup", "CPU soft lockup froze the ranks of one node"),
 )
@@ -156,9 +168,10 @@ _SYSTEM = (
     # Shared storage fails for every node alike: the file-system faults blame no host.
     FaultEntry("checkpoint_no_space", Family.SYSTEM_SOFTWARE, _C, Category.FILESYSTEM_IO, _SW,
                0.20, False, "fs_crash", "checkpoint save failed: no space left on device",
-               detail="nospace"),
+               detail="nospace", persistent=True),
     FaultEntry("stale_file_handle", Family.SYSTEM_SOFTWARE, _C, Category.FILESYSTEM_IO, _SW, 0.12,
-               False, "fs_crash", "NFS stale file handle while reading data", detail="stale"),
+               False, "fs_crash", "NFS stale file handle while reading data", detail="stale",
+               persistent=True),
     FaultEntry("lustre_io_error", Family.SYSTEM_SOFTWARE, _C, Category.FILESYSTEM_IO, _SW, 0.18,
                False, "fs_crash", "Lustre OST connection lost; reads fail with EIO",
                detail="lustre"),
@@ -172,11 +185,22 @@ _SYSTEM = (
 )
 
 _APPLICATION = (
+    # What a retry replays comes back after every restart (``persistent``): the same batch size
+    # runs out of memory again, the same data and learning rate diverge again, the same code
+    # raises again.
     FaultEntry("cuda_oom", Family.APPLICATION, _C, Category.CUDA_OOM, _APP, 0.30, False,
-               "cuda_oom", "CUDA out of memory on one rank"),
-    FaultEntry("nan_loss", Family.APPLICATION, _C, Category.NUMERICAL_DIVERGENCE, _APP, 0.25,
-               False, "nan_loss", "loss diverged to NaN"),
-    # Bugs in the code come back after every restart (``persistent``); OOM and NaN need not.
+               "cuda_oom", "CUDA out of memory on one rank", persistent=True),
+    FaultEntry("nan_loss", Family.APPLICATION, _C, Category.NUMERICAL_DIVERGENCE, _APP, 0.20,
+               False, "nan_loss", "loss diverged to NaN", persistent=True),
+    # No NaN anywhere: the loss jumps and stays up while the run goes on.
+    FaultEntry("loss_divergence", Family.APPLICATION, _C, Category.NUMERICAL_DIVERGENCE, _APP,
+               0.10, False, "diverge", "loss jumped and did not come back", persistent=True),
+    FaultEntry("device_assert", Family.APPLICATION, _C, Category.APPLICATION_ERROR, _APP, 0.10,
+               False, "app_error", "an index out of range in a CUDA kernel (device-side assert)",
+               detail="../aten/src/ATen/native/cuda/Indexing.cu:1308: indexSelectLargeIndex: "
+               "block: [61,0,0], thread: [{thread},0,0] Assertion `srcIndex < srcSelectDimSize` "
+               "failed.",
+               error="RuntimeError: CUDA error: device-side assert triggered", persistent=True),
     FaultEntry("shape_mismatch", Family.APPLICATION, _C, Category.APPLICATION_ERROR, _APP, 0.15,
                False, "app_error", "tensor shape mismatch in user code",
                error="RuntimeError: mat1 and mat2 shapes cannot be multiplied (8192x4096 and "
@@ -195,6 +219,9 @@ _MAINTENANCE = (
                "an administrator took a node down for maintenance"),
     FaultEntry("time_limit", Family.MAINTENANCE, _C, Category.NODE_OR_PROCESS_FAILURE,
                Attribution.SCHEDULER, 0.5, False, "time_limit", "the job hit its time limit"),
+    FaultEntry("preemption", Family.MAINTENANCE, _C, Category.NODE_OR_PROCESS_FAILURE,
+               Attribution.SCHEDULER, 0.3, False, "preempted",
+               "a higher-priority job preempted this one"),
 )
 
 _UNKNOWN = (

@@ -33,6 +33,8 @@ SCRIPTS: dict[str, Callable[[Scene], None]] = {
     "cuda_oom": software.cuda_oom,
     "nan_loss": software.nan_loss,
     "app_error": software.app_error,
+    "diverge": software.diverge,
+    "preempted": software.preempted,
     "admin_down": software.admin_down,
     "time_limit": software.time_limit,
     "unknown_exit": software.unknown_exit,

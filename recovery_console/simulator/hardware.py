@@ -22,6 +22,7 @@ from .scenes import (
     xid_line,
 )
 from .state import Phase
+from .textgen import pci_bus
 
 SYSTEM = (
     "unhandled system error (run with NCCL_DEBUG=INFO for details)",
@@ -36,11 +37,18 @@ def gpu_crash(s: Scene) -> None:
     if e.xid == 64:
         s.kernel(0.0, s.node, [xid_line(s, 63, XID63_TEXT)])
         s.mark_xid(63)
-    s.kernel(0.0, s.node, [xid_line(s, e.xid, e.detail)])
-    s.mark_xid(e.xid)
+    if e.xid:
+        s.kernel(0.0, s.node, [xid_line(s, e.xid, e.detail)])
+        s.mark_xid(e.xid)
+    elif e.detail:
+        # A kernel line that is not the driver's (the PCIe root port's AER report).
+        bus = pci_bus(s.gpu).split(":")[1]
+        root = f"{max(0, int(bus, 16) - 1):02x}"
+        s.kernel(0.0, s.node, [e.detail.format(bus=bus, root=root)])
     s.halt(Phase.FAILING)
-    # The error shows in the step's traceback or in NCCL's watchdog, by where the rank was.
-    dt = s.rng.uniform(0.3, 3.0)
+    # The error shows in the step's traceback or in NCCL's watchdog, by where the rank was;
+    # without a kernel line first, it is the first evidence itself.
+    dt = s.rng.uniform(0.3, 3.0) if e.xid or e.detail else 0.0
     if s.rng.random() < 0.6:
         error = ft.cuda_error(e.error, hint=s.rng.random() < 0.5)
         s.err(dt, s.rank, ft.traceback(s.voice.framework, "backward", error))

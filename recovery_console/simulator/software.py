@@ -192,10 +192,29 @@ def app_error(s: Scene) -> None:
     # The same code fails on every rank at once; the first one to print is rank 0.
     for n, rank in enumerate(sorted({0, *range(0, v.world, s.gpn)})[:8]):
         dt = 0.0 if n == 0 else s.rng.uniform(0.0, 0.5)
+        if s.entry.detail:
+            # A kernel's own assertion, one line per failing thread, before the exception.
+            lines = [s.entry.detail.format(thread=117 + t) for t in range(4)]
+            s.err(dt, rank, lines)
         s.err(dt, rank, ft.traceback(v.framework, leaf, [s.entry.error]))
     s.rank, s.pos = 0, 0
     s.halt(Phase.FAILING)
     fast_teardown(s, 1.0)
+
+
+def diverge(s: Scene) -> None:
+    """The loss jumps well above where it was and stays there; the run goes on regardless."""
+    s.run.loss_shift = s.rng.uniform(1.8, 2.6)
+
+
+def preempted(s: Scene) -> None:
+    v = s.voice
+    lines = ft.step_cancelled(v, s.job.raw_id, s.d(0.0), "PREEMPTION")
+    for pos in range(len(v.hosts)):
+        lines += ft.agent_sigterm(v, pos, s.d(0.0))
+    s.say(0.0, lines)
+    s.halt(Phase.FAILING)
+    s.end(s.rng.uniform(0.5, 2.0), JobState.PREEMPTED, 0, 15, "Preempted")
 
 
 def admin_down(s: Scene) -> None:

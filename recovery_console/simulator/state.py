@@ -134,6 +134,7 @@ class Run:
         "stuck",
         "nccl_seq",
         "silent",
+        "loss_shift",
     )
 
     def __init__(self, token: int, start_t: float, nodes: list[Node], voice: Voice) -> None:
@@ -154,6 +155,8 @@ class Run:
         self.nccl_seq = 0
         # A hang no watchdog reports: only the time limit ends it.
         self.silent = False
+        # The factor a divergence put on the loss (1.0: none).
+        self.loss_shift = 1.0
 
     def iteration_at(self, t: float) -> int:
         if self.spi == math.inf or t <= self.seg_t0:

@@ -229,6 +229,7 @@ class Trainer:
 
     def _progress_lines(self, w: Workload, run: Run, it: int, d: datetime) -> list[str]:
         voice, rng = run.voice, w.rng
+        loss = loss_at(w, it) * run.loss_shift
         # The reported iteration time jitters; the schedule itself keeps the exact speed.
         secs = run.spi * (1.0 + 0.02 * (rng.random() - rng.random()))
         rank = voice.log_rank
@@ -242,18 +243,18 @@ class Trainer:
                 # Throughput follows the iteration time, so a slowdown shows in both.
                 w.tflops * w.spi / secs,
                 lr_at(w, it),
-                loss_at(w, it),
+                loss,
                 grad_norm_at(w, it),
             )
             return [voice.out(rank, line)]
         if w.framework == "deepspeed":
-            lines = tg.deepspeed_step(d, it, lr_at(w, it), loss_at(w, it), secs, w.gbs)
+            lines = tg.deepspeed_step(d, it, lr_at(w, it), loss, secs, w.gbs)
             return [voice.out(rank, line) for line in lines]
         elapsed = self._core.clock.t - run.start_t
         lines = tg.hf_logs(
             it,
             w.train_iters,
-            loss_at(w, it),
+            loss,
             grad_norm_at(w, it),
             lr_at(w, it),
             # Three epochs, as the Hugging Face banner says.

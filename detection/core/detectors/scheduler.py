@@ -33,8 +33,6 @@ def scheduler_interruption(
         hosts = tuple(sorted(set(nodes) & set(unhealthy_nodes)))
         if hosts:
             confidence = Confidence(0.7, ConfidenceLabel.SUPPORTED)
-    elif state == "PREEMPTED":
-        category = Category.BENIGN
     signature = f"slurm_{state.lower()}"
     text = f"Slurm: job {job_id} ended {state}" + (f" ({reason})" if reason else "")
     if exit_code is not None:

@@ -169,12 +169,14 @@ NETWORK = (
     ),
     sig(
         "ib_link_down",
-        r"mlx5_core[^\n]{0,160}(?:[Ll]ink down|Port module event[^\n]{0,80}(?:unplugged|down)"
+        r"mlx5_core[^\n]{0,160}(?:(?i:link (?:is )?down)|Port module event[^\n]{0,80}(?:unplugged|down)"
         r"|health recovery|device's health compromised|FW fatal error)"
         r"|\bib\d*: (?:link (?:becomes )?down|Link is Down)"
         r"|(?:mlx5_\d+|ibp\S+) port \d+ state (?:changed to )?DOWN"
         r"|NETDEV WATCHDOG: \S+ \([^)\n]{1,40}\): transmit queue \d+ timed out",
-        NET_NODE,
+        # A link that goes down may come back before NCCL gives up: by itself no failure, but
+        # it names the node when the collectives then fail or time out.
+        classify(K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.CONTEXT, True, S.ERROR),
         "The node's InfiniBand/RoCE link or adapter went down.",
         refine=flood,
     ),
