@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 KINDS = ("crash", "hang", "straggler")
-# A stop is false when the truth was the hardware's or the network's fault.
+# Of false stops, the worst: the truth was the hardware's or the network's fault.
 NOT_THE_JOBS_FAULT = frozenset({"hardware", "interconnect"})
 # Extra labels for the confusion matrix, in parentheses so no category can clash.
 MISSED = "(missed)"
@@ -179,14 +179,15 @@ def hosts(scored: Scored) -> dict[str, float | int | None]:
 
 
 def stops(scored: Scored) -> dict[str, int]:
-    """False stops (a stop advised for a hardware or interconnect fault) and missed stops (an
-    application error a restart cannot fix, per the catalogue, that was not stopped)."""
-    # Stopping a job for its node's fault throws away a run a requeue elsewhere would save.
-    false = sum(
-        1
-        for fault, found in scored.matched
-        if found.action == "stop" and fault.attribution in NOT_THE_JOBS_FAULT
-    )
+    """False stops (a stop advised for a fault a restart would fix, or for no fault at all; of
+    them, those on the hardware's or the network's fault) and missed stops (a fault that comes
+    back after every restart, per the catalogue, that was not stopped)."""
+    # Stopping a job a restart would save throws the run away; stopping it for its node's
+    # fault is the worst case of that.
+    wrongly = [
+        fault for fault, found in scored.matched if found.action == "stop" and not fault.unfixable
+    ]
+    unprompted = sum(1 for found in scored.false_positives if found.action == "stop")
     missed = sum(
         1
         for fault, found in scored.pairs
@@ -194,7 +195,15 @@ def stops(scored: Scored) -> dict[str, int]:
     )
     unfixable = sum(1 for fault, _ in scored.pairs if fault.unfixable)
     advised = sum(1 for d in scored.detected if d.action == "stop")
-    return {"false": false, "missed": missed, "unfixable_faults": unfixable, "advised": advised}
+    return {
+        "false": len(wrongly) + unprompted,
+        "false_on_hardware_or_network": sum(
+            1 for fault in wrongly if fault.attribution in NOT_THE_JOBS_FAULT
+        ),
+        "missed": missed,
+        "unfixable_faults": unfixable,
+        "advised": advised,
+    }
 
 
 def confusion(scored: Scored) -> dict[str, object]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from detection.core.constants import Role
+from detection.core.diagnosis import diagnose_lines
 from detection.core.signatures import MatchGroup, scan_lines
 from recovery_console.fleet.core.taxonomy import Category
 
@@ -59,13 +60,6 @@ FAMILIES = [
         "node-3:815:864 [0] transport/net_ib.cu:80 NCCL WARN NET/IB : Got async event : local"
         " catastrophic error",
         "ib_async_event",
-        C.INTERCONNECT_NETWORK,
-        NODE,
-    ),
-    (
-        "mlx5_core 0000:5e:00.0: mlx5_port_module_event:1150: Port module event: module 0,"
-        " Cable unplugged",
-        "ib_link_down",
         C.INTERCONNECT_NETWORK,
         NODE,
     ),
@@ -281,3 +275,26 @@ def test_the_layout_lines_place_ranks_and_flag_nothing() -> None:
         (None, "gpu-2-17"),
         (None, "gpu-2-18"),
     }
+
+
+def test_a_link_that_went_down_names_the_node_only_when_the_collectives_then_fail() -> None:
+    down = "[ 812.5] mlx5_core 0000:19:00.0 mlx5_0: Port: 1 Link DOWN"
+    group = only([down])
+    assert (group.signature, group.role, group.implicates_node) == (
+        "ib_link_down",
+        Role.CONTEXT,
+        True,
+    )
+    timeouts = [
+        f"[rank{r}]:[E321 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective"
+        f" operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600060 ms"
+        for r in range(4)
+    ]
+    hung = diagnose_lines([down, *timeouts], host_hints=["gpu-3", *[None] * 4])
+    assert (hung.category, hung.node_local, hung.hosts) == (
+        Category.INTERCONNECT_NETWORK,
+        True,
+        ("gpu-3",),
+    )
+    flap = diagnose_lines([down, down.replace("DOWN", "ACTIVE")], host_hints=["gpu-3"] * 2)
+    assert not flap.is_failure
