@@ -12,6 +12,7 @@ from datetime import datetime
 from detection.core.telemetry import DCGM_METRICS, MetricSample
 
 from .state import Node, Phase, Run
+from .textgen import pci_bus
 
 # The gauges below are listed in this order.
 METRICS = DCGM_METRICS
@@ -61,8 +62,10 @@ def scrape(nodes: list[Node], at: datetime, t: float, seed: int) -> list[MetricS
         for gpu in range(node.gpus):
             situation = _situation(node, gpu, run, pos)
             values = _values(situation, node, gpu, fb_mib, (seed, node.index, gpu, second))
+            # dcgm-exporter's pci_bus_id label, the address the driver's Xid lines print.
+            pci = f"0000{pci_bus(gpu).upper()}.0"
             samples.extend(
-                MetricSample(at, node.name, gpu, name, value, job_id)
+                MetricSample(at, node.name, gpu, name, value, job_id, pci)
                 for name, value in zip(METRICS, values, strict=True)
             )
     return samples

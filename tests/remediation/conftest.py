@@ -40,6 +40,7 @@ def anomaly_on(
     root_cause="nvrm_xid:n2",
     at=T0,
     node_local=None,
+    pci_ids=(),
 ):
     """An anomaly as detection stores it; the signature is the root cause's first part, and
     GPU hardware evidence is node-local unless said otherwise (an Xid 79, by default)."""
@@ -58,6 +59,7 @@ def anomaly_on(
             first_evidence_at=at,
             signature=root_cause.split(":", 1)[0],
             node_local=category == "gpu_hardware" if node_local is None else node_local,
+            pci_ids=tuple(pci_ids),
         ),
         at,
     )

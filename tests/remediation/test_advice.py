@@ -4,6 +4,7 @@ import pytest
 
 from recovery_console.fleet import services as console
 from recovery_console.fleet.models import AuditEntry, ClusterMode
+from detection.models import SourceCursor
 from remediation import services
 from remediation.models import Advice, AdviceState, Milestone, NodeHealth
 from tests.remediation.conftest import T0, anomaly_on, running_attempt
@@ -188,3 +189,24 @@ def test_advice_on_the_schedulers_word_alone_waits_for_log_evidence(cluster) -> 
         "restart_excluding_node",
         ["n2"],
     )
+
+
+def test_an_xid_line_without_a_host_names_the_node_whose_gpu_metrics_reported_it(cluster) -> None:
+    attempt = running_attempt(cluster, nodes=("n1", "n2", "n3"))
+    gpus = {
+        # dcgm-exporter's labels, as the metrics source keeps them between scrapes.
+        "n3/2": {"job": "100", "xid": 79, "pci": "00000000:3B:00.0"},
+        "n1/2": {"job": "100", "xid": 0, "pci": "00000000:3B:00.0"},
+    }
+    SourceCursor.objects.create(cluster=cluster, source="metrics", cursor={"gpus": gpus})
+    anomaly_on(attempt, hosts=(), root_cause="nvrm_xid", pci_ids=("0000:3b:00",))
+    services.advise_cluster(cluster, T0)
+    advice = Advice.objects.get()
+    assert (advice.action, advice.exclude_nodes) == ("restart_excluding_node", ["n3"])
+    assert "n3 (its GPU at that PCI address reported it)" in advice.explanation
+
+
+def test_advice_records_the_rule_that_chose_it(cluster) -> None:
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    assert Advice.objects.get().rule == "node_local"
