@@ -116,7 +116,7 @@ def diagnose_scan(scan: ScanResult, context: DiagnosisContext | None = None) -> 
     if initiating:
         found = _from_initiating(_primary(initiating, ctx), initiating, cascades, hints, ctx)
     elif _cancelled_by_a_person(cascades, hints):
-        found = _cancelled(scan, cascades, hints)
+        found = _cancelled(cascades, hints)
     elif cascades:
         found = _from_cascades(cascades, hints, ctx)
     else:
@@ -376,9 +376,7 @@ def _cancelled_by_a_person(cascades: Sequence[MatchGroup], hints: Sequence[Match
     )
 
 
-def _cancelled(
-    scan: ScanResult, cascades: Sequence[MatchGroup], hints: Sequence[MatchGroup]
-) -> Interruption:
+def _cancelled(cascades: Sequence[MatchGroup], hints: Sequence[MatchGroup]) -> Interruption:
     cancel = next(h for h in hints if h.signature == "slurm_cancelled")
     return _interruption(
         cancel,

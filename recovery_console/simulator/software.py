@@ -208,13 +208,7 @@ def diverge(s: Scene) -> None:
 
 
 def preempted(s: Scene) -> None:
-    v = s.voice
-    lines = ft.step_cancelled(v, s.job.raw_id, s.d(0.0), "PREEMPTION")
-    for pos in range(len(v.hosts)):
-        lines += ft.agent_sigterm(v, pos, s.d(0.0))
-    s.say(0.0, lines)
-    s.halt(Phase.FAILING)
-    s.end(s.rng.uniform(0.5, 2.0), JobState.PREEMPTED, 0, 15, "Preempted")
+    _ended_by_slurm(s, "PREEMPTION", JobState.PREEMPTED, "Preempted")
 
 
 def admin_down(s: Scene) -> None:
@@ -238,14 +232,18 @@ def admin_down(s: Scene) -> None:
 
 
 def time_limit(s: Scene) -> None:
+    _ended_by_slurm(s, "TIME LIMIT", JobState.TIMEOUT, "TimeLimit")
+
+
+def _ended_by_slurm(s: Scene, due: str, state: JobState, reason: str) -> None:
     v = s.voice
-    lines = ft.step_cancelled(v, s.job.raw_id, s.d(0.0), "TIME LIMIT")
+    lines = ft.step_cancelled(v, s.job.raw_id, s.d(0.0), due)
     for pos in range(len(v.hosts)):
         # Slurm signals every node at once, so every node's launcher reports the SIGTERM.
         lines += ft.agent_sigterm(v, pos, s.d(0.0))
     s.say(0.0, lines)
     s.halt(Phase.FAILING)
-    s.end(s.rng.uniform(0.5, 2.0), JobState.TIMEOUT, 0, 15, "TimeLimit")
+    s.end(s.rng.uniform(0.5, 2.0), state, 0, 15, reason)
 
 
 def unknown_exit(s: Scene) -> None:
