@@ -2,9 +2,9 @@ from datetime import timedelta
 
 import pytest
 
+from detection.models import SourceCursor
 from recovery_console.fleet import services as console
 from recovery_console.fleet.models import AuditEntry, ClusterMode
-from detection.models import SourceCursor
 from remediation import services
 from remediation.models import Advice, AdviceState, Milestone, NodeHealth
 from tests.remediation.conftest import T0, anomaly_on, running_attempt

@@ -169,7 +169,8 @@ NETWORK = (
     ),
     sig(
         "ib_link_down",
-        r"mlx5_core[^\n]{0,160}(?:(?i:link (?:is )?down)|Port module event[^\n]{0,80}(?:unplugged|down)"
+        r"mlx5_core[^\n]{0,160}(?:(?i:link (?:is )?down)"
+        r"|Port module event[^\n]{0,80}(?:unplugged|down)"
         r"|health recovery|device's health compromised|FW fatal error)"
         r"|\bib\d*: (?:link (?:becomes )?down|Link is Down)"
         r"|(?:mlx5_\d+|ibp\S+) port \d+ state (?:changed to )?DOWN"
