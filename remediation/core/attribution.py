@@ -116,7 +116,8 @@ def _explain(
     if learned:
         named = "; ".join(f"{host} ({origin})" for host, origin in sorted(learned.items()))
         parts.append(f"The node at fault: {named}.")
-    elif kept:
+    elif kept and not interruption.host_origins:
+        # Detection did not say how it named them (a detector's own finding): say who.
         parts.append(f"Implicated: {', '.join(sorted(kept))}.")
     elif not kept and down and interruption.category is Category.NODE_OR_PROCESS_FAILURE:
         parts.append(

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from recovery_console.fleet.core.taxonomy import Action
+from recovery_console.fleet.core.taxonomy import Action, category_words
 
 from .incident import History, Incident
 from .isolation import isolate
@@ -108,7 +108,7 @@ def _stop(incident: Incident, rule: str) -> Decision:
     fix = FIXES.get(rule) or FIXES.get(incident.category) or GENERIC_FIX
     if incident.detail:
         fix = f"{fix} ({incident.detail})"
-    what = incident.category.replace("_", " ")
+    what = category_words(incident.category)
     reason = f"a {what} ({_rule_words(rule)}) repeats on a retry: stop; to fix: {fix}"
     return Decision(Action.STOP, reasons=(reason,), rule=rule, fix=fix)
 
@@ -169,8 +169,7 @@ def _restart_reason(incident: Incident, rule: str) -> str:
         return "the job stopped making progress: restart it from its last checkpoint"
     if rule == NODE_LOCAL:
         return "node-local evidence, but the node cannot be taken out: restart"
-    what = incident.category.replace("_", " ").removesuffix(" failure")
-    return f"a transient {what} failure ({_rule_words(rule)}): restart"
+    return f"a transient {category_words(incident.category)} ({_rule_words(rule)}): restart"
 
 
 def _rule_words(rule: str) -> str:
@@ -228,7 +227,7 @@ def _bound_reason(incident: Incident, history: History, limits: Limits) -> str:
 
 def _bound_fix(incident: Incident) -> str:
     return (
-        f"look into the repeated {incident.category.replace('_', ' ')} before resubmitting: "
+        f"look into the repeated {category_words(incident.category)} before resubmitting: "
         "restarts did not get the workload further"
     )
 

@@ -85,6 +85,28 @@ ACTION_LABELS: dict[Action, str] = {
 }
 
 
+# How a category reads inside a sentence ("a ... repeats on a retry").
+CATEGORY_WORDS: dict[Category, str] = {
+    Category.GPU_HARDWARE: "GPU hardware fault",
+    Category.NCCL_TIMEOUT_HANG: "collective timeout",
+    Category.INTERCONNECT_NETWORK: "network failure",
+    Category.CUDA_OOM: "CUDA out-of-memory error",
+    Category.APPLICATION_ERROR: "application error",
+    Category.FILESYSTEM_IO: "filesystem failure",
+    Category.NODE_OR_PROCESS_FAILURE: "node or process failure",
+    Category.NUMERICAL_DIVERGENCE: "numerical divergence",
+    Category.STRAGGLER: "slowdown",
+    Category.BENIGN: "benign event",
+}
+
+
+def category_words(category: str) -> str:
+    try:
+        return CATEGORY_WORDS[Category(category)]
+    except (ValueError, KeyError):
+        return category.replace("_", " ")
+
+
 def default_attribution(category: str) -> Attribution:
     """The attribution a category implies on its own (``none`` where it implies nobody)."""
     try:
