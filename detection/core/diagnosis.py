@@ -6,16 +6,23 @@ Pure functions over decoded lines (or raw bytes, see ``diagnose_bytes``). The ru
 * The **earliest initiating** finding is the root cause; NCCL timeouts, "remote process exited",
   launcher reports and "previous CUDA error" lines are cascades and only decide the diagnosis when
   nothing initiating was logged. Context lines (``CUDA_LAUNCH_BLOCKING`` hints, flight-recorder
-  dumps) never cause anything.
-* One exception to "earliest": GPU hardware evidence that puts the fault on a node (Xid 79,
-  uncorrectable ECC, NVLink) outranks an earlier application-level symptom, because a failing
-  GPU surfaces in the job as a CUDA error before the kernel's Xid line reaches the log.
+  dumps) never cause anything, with one exception: a node-local event that is no failure by
+  itself (a link that went down) explains cascades that follow it.
+* One exception to "earliest": evidence that a node failed (a graded Xid, ECC, a node failure)
+  outranks an earlier application-level symptom, because a failing GPU surfaces in the job as a
+  CUDA error before the kernel's line reaches the log. Among such evidence, the kind that names
+  its node comes first, then the graver, then the earlier.
 * Node-local evidence names its node where the excerpt allows: in the line, by the log it was
-  read from, through the rank -> node layout, or as the node whose log the excerpt is. The
-  interruption is node-local even when no host is known. InfiniBand errors reported by more
-  than one host do not name a culprit (the common peer does) and are not node-local.
+  read from, through the rank -> node layout (the caller's, or the excerpt's own NCCL init and
+  report lines), as the node whose log the excerpt is, or as the only node the excerpt shows.
+  It is node-local even when no host is known. Relative evidence (an InfiniBand completion
+  error between peers, a rank slower than the others) is node-local only where it names a host,
+  and not when several hosts report it (the peer they share is the culprit).
 * Only NCCL timeouts everywhere: a hang; a node is suspected only when exactly one rank is
   missing from the timeouts or disagrees about the collective's sequence number.
+* A cancellation (``scancel``, a requeue) followed only by the teardown it causes is no failure.
+* Values across lines are findings too (``trends``): a loss that jumped and stayed up, and a
+  performance report with one member far behind.
 """
 
 from __future__ import annotations
