@@ -90,8 +90,12 @@ def excerpt_settings(cluster_name: str) -> tuple[Policy, SignatureLibrary]:
 
 def advise_cluster(cluster: Cluster, now: datetime) -> int:
     """Advise on every open anomaly that has no advice yet or changed since its advice."""
-    pending = Anomaly.objects.filter(cluster=cluster, state=AnomalyState.OPEN).filter(
-        Q(advice__isnull=True) | Q(updated_at__gt=F("advice__decided_at"))
+    # Advice a controller claimed or finished is history: later evidence does not revise it,
+    # so it is not looked at again (else every cycle would judge it anew for nothing).
+    pending = (
+        Anomaly.objects.filter(cluster=cluster, state=AnomalyState.OPEN)
+        .filter(Q(advice__isnull=True) | Q(updated_at__gt=F("advice__decided_at")))
+        .exclude(advice__state__in=SETTLED_STATES)
     )
     grace = timedelta(seconds=parse_policy(cluster.policy).evidence_grace_seconds)
     count = 0

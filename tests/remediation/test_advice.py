@@ -210,3 +210,12 @@ def test_advice_records_the_rule_that_chose_it(cluster) -> None:
     anomaly_on(running_attempt(cluster))
     services.advise_cluster(cluster, T0)
     assert Advice.objects.get().rule == "node_local"
+
+
+def test_settled_advice_is_not_judged_again_when_later_evidence_arrives(cluster) -> None:
+    anomaly = anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    Advice.objects.update(state=AdviceState.EXECUTED)
+    # Evidence keeps arriving for the attempt after the advice was carried out.
+    type(anomaly).objects.filter(pk=anomaly.pk).update(updated_at=T0 + timedelta(minutes=5))
+    assert services.advise_cluster(cluster, T0 + timedelta(minutes=6)) == 0
