@@ -30,6 +30,8 @@ class SourceCursor(models.Model):
     healthy = models.BooleanField(default=True)
     last_error = models.TextField(blank=True)
     last_success_at = models.DateTimeField(null=True, blank=True)
+    # The newest line's own time: a shipper that falls behind delivers lines, but old ones.
+    newest_line_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -194,6 +196,32 @@ def _evidence_of(item: dict[str, Any]) -> Evidence:
         host=item.get("host"),
         line=item.get("line"),
     )
+
+
+class TelemetryGap(models.Model):
+    """A time a telemetry source of a cluster was unreachable, silent or late. While it lasts,
+    hang and slowdown verdicts for the jobs it feeds wait; it is reported once, for the source,
+    instead of as a hang of every job."""
+
+    # PROTECT: gaps are history (they explain advice that was not given).
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="telemetry_gaps")
+    source = models.CharField(max_length=64)
+    reason = models.CharField(max_length=500)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    # The most running jobs whose verdicts waited on it at once.
+    suspended_jobs = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes: ClassVar = [models.Index(fields=["cluster", "source", "ended_at"])]
+        ordering: ClassVar = ["-started_at"]
+
+    def __str__(self) -> str:
+        return f"telemetry gap of {self.cluster}:{self.source} since {self.started_at}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.ended_at is None
 
 
 class PendingLines(models.Model):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from detection.core.config import DetectorConfig
@@ -16,7 +16,12 @@ from detection.core.detectors.divergence import (
     diverged,
     divergence_interruption,
 )
-from detection.core.detectors.hang import ProgressTracker, check_hang
+from detection.core.detectors.hang import (
+    SILENCE,
+    ProgressTracker,
+    check_hang,
+    overdue_allowance,
+)
 from detection.core.detectors.straggler import ThroughputHistory, check_straggler
 from detection.core.interruption import Interruption
 from detection.core.progress import parse_progress
@@ -35,6 +40,22 @@ TRACEBACK_LINES = 30
 @dataclass(frozen=True)
 class Observed:
     new_matches: bool
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """What the detectors say of a running attempt this cycle."""
+
+    hang: Interruption | None
+    slow: Interruption | None
+    diverged: Interruption | None
+    # The silence allowed (seconds) when the job is silent for longer: a telemetry gap is
+    # decided from how many jobs are overdue at once.
+    overdue: float | None
+
+    @property
+    def silent(self) -> bool:
+        return self.hang is not None and self.hang.signature == SILENCE
 
 
 def load(attempt: Attempt) -> AttemptMonitor:
@@ -110,18 +131,27 @@ def check(
     attempt: Attempt,
     now: datetime,
     config: DetectorConfig,
-    utilisation: list[float],
+    utilisation: list[float] | None,
     samples: Iterable[MetricSample],
-) -> tuple[Interruption | None, Interruption | None, Interruption | None]:
-    """Run the hang, straggler and divergence detectors on a running attempt."""
+    silence_counts_from: datetime | None = None,
+) -> Verdicts:
+    """Run the hang, straggler and divergence detectors on a running attempt.
+
+    ``utilisation`` None: the metrics cannot be read, so nothing is known of the GPUs (an idle
+    spell seen before is forgotten, not carried through the gap). ``silence_counts_from``: the
+    end of the last telemetry gap of the logs; silence before it is not the job's."""
     tracker = _tracker(monitor, attempt.started_at or attempt.first_seen_at)
-    tracker = tracker.observe_gpus(now, utilisation, config.hang)
+    if utilisation is None:
+        tracker = replace(tracker, gpus_idle_since=None)
+    else:
+        tracker = tracker.observe_gpus(now, utilisation, config.hang)
     _store_tracker(monitor, tracker)
-    hang = check_hang(attempt.job_id, tracker, now, config.hang)
+    hang = check_hang(attempt.job_id, tracker, now, config.hang, silence_counts_from)
     slow = check_straggler(
         attempt.job_id, _history(monitor), samples, attempt.nodes, config.straggler
     )
-    return hang, slow, _divergence(monitor, attempt, now)
+    overdue = overdue_allowance(tracker, now, config.hang, silence_counts_from)
+    return Verdicts(hang, slow, _divergence(monitor, attempt, now), overdue)
 
 
 def _divergence(monitor: AttemptMonitor, attempt: Attempt, now: datetime) -> Interruption | None:

@@ -26,6 +26,7 @@ from detection.core.context import DiagnosisContext
 from detection.core.detectors.gpu_faults import detect_metric_faults, read_scrape
 from detection.core.detectors.scheduler import scheduler_interruption
 from detection.core.diagnosis import diagnose_lines
+from detection.core.gaps import SourceReading
 from detection.core.interruption import Evidence, Interruption
 from detection.core.telemetry import Dcgm, LogLine, MetricSample
 from detection.sources.base import LogSource, SourceUnavailable
@@ -33,7 +34,7 @@ from detection.sources.config import ClusterSources
 from recovery_console.fleet import audit
 from recovery_console.fleet.models import Attempt, Cluster, Node
 
-from . import monitors
+from . import gaps, monitors
 from .anomalies import Recorded, record_interruption
 from .models import (
     Anomaly,
@@ -55,6 +56,7 @@ MAX_BATCHES_PER_SCAN = 10
 SCAN_LEASE = timedelta(minutes=2)
 FAILED_JOB_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED")
 UNHEALTHY_NODE_STATES = ("DOWN", "DRAINED", "DRAINING")
+NODE_LOG_SOURCES = ("node-logs",)
 
 
 @dataclass
@@ -97,10 +99,14 @@ def scan_cluster(
         config = detection_settings_of(cluster).detector_config()
         sources = sources or cluster_sources(cluster)
         _adopt_pending_lines(cluster, now, config, summary)
-        for name, source in sources.logs.items():
+        readings = [
             _read_log_source(cluster, name, source, now, config, summary)
-        samples = _read_metrics(cluster, sources, now, summary)
-        _check_running_attempts(cluster, now, config, samples, summary)
+            for name, source in sources.logs.items()
+        ]
+        samples, metrics = _read_metrics(cluster, sources, now, summary)
+        # Node logs carry no job's progress: their silence says nothing of a hang.
+        progress = [r for r in readings if r.name not in NODE_LOG_SOURCES]
+        _check_running_attempts(cluster, now, config, samples, progress, metrics, summary)
         _check_ended_attempts(cluster, now, summary)
     return summary
 
@@ -127,14 +133,18 @@ def _read_log_source(
     now: datetime,
     config: DetectorConfig,
     summary: ScanSummary,
-) -> None:
-    row, _ = SourceCursor.objects.get_or_create(cluster=cluster, source=name)
+) -> SourceReading:
+    # A new source is watched from now: its silence is measured from when we began to listen.
+    row, _ = SourceCursor.objects.get_or_create(
+        cluster=cluster, source=name, defaults={"newest_line_at": now}
+    )
+    lines = 0
     for _ in range(MAX_BATCHES_PER_SCAN):
         try:
             batch = source.fetch(row.cursor or None, now)
         except SourceUnavailable as exc:
             _mark_unhealthy(row, exc, summary)
-            return
+            return SourceReading(name, reachable=False, error=str(exc))
         with transaction.atomic():
             _process_lines(cluster, batch.lines, now, config, summary)
             row.cursor, row.healthy, row.last_error, row.last_success_at = (
@@ -143,10 +153,17 @@ def _read_log_source(
                 "",
                 now,
             )
+            row.newest_line_at = max(
+                [line.at for line in batch.lines] + [row.newest_line_at or now - LATE_LINES]
+            )
             row.save()
         summary.lines += len(batch.lines)
+        lines += len(batch.lines)
         if not batch.more:
-            return
+            break
+    return SourceReading(
+        name, reachable=True, newest_line_at=row.newest_line_at, lines_this_cycle=lines
+    )
 
 
 def _mark_unhealthy(row: SourceCursor, error: SourceUnavailable, summary: ScanSummary) -> None:
@@ -296,15 +313,15 @@ def _tasks_per_node(attempt: Attempt) -> int:
 
 def _read_metrics(
     cluster: Cluster, sources: ClusterSources, now: datetime, summary: ScanSummary
-) -> list[MetricSample]:
+) -> tuple[list[MetricSample], SourceReading | None]:
     if sources.metrics is None:
-        return []
+        return [], None
     row, _ = SourceCursor.objects.get_or_create(cluster=cluster, source="metrics")
     try:
         scrape = sources.metrics.scrape(now)
     except SourceUnavailable as exc:
         _mark_unhealthy(row, exc, summary)
-        return []
+        return [], SourceReading("metrics", reachable=False, error=str(exc))
     current = read_scrape(scrape.samples)
     with transaction.atomic():
         for fault in detect_metric_faults(row.cursor.get("gpus", {}), current, now):
@@ -316,7 +333,7 @@ def _read_metrics(
             now,
         )
         row.save()
-    return list(scrape.samples)
+    return list(scrape.samples), SourceReading("metrics", reachable=True)
 
 
 def _record_metric_fault(
@@ -335,31 +352,48 @@ def _check_running_attempts(
     now: datetime,
     config: DetectorConfig,
     samples: list[MetricSample],
+    progress_sources: list[SourceReading],
+    metrics: SourceReading | None,
     summary: ScanSummary,
 ) -> None:
+    """Hangs, slowdowns and divergence of the running attempts, once the cycle knows whether
+    its telemetry is in a gap: then silence and slowness wait, and the gap is what is told."""
     running = Attempt.objects.filter(cluster=cluster, state="RUNNING", ended_at__isnull=True)
     interrupted = set(
         Anomaly.objects.filter(attempt__in=running, family=AnomalyFamily.INTERRUPTION).values_list(
             "attempt_id", flat=True
         )
     )
+    # Unread metrics say nothing of the GPUs: an idle spell seen before is not carried over.
+    metrics_down = metrics is not None and not metrics.reachable
     by_host = _utilisation_by_host(samples)
+    counts_from = gaps.silence_counts_from(cluster, [r.name for r in progress_sources])
+    verdicts: list[tuple[Attempt, monitors.Verdicts]] = []
     for attempt in running.select_related("monitor"):
+        monitor = monitors.load(attempt)
+        before = monitor.progress
+        utilisation = (
+            None if metrics_down else [u for host in attempt.nodes for u in by_host.get(host, [])]
+        )
+        found = monitors.check(monitor, attempt, now, config, utilisation, samples, counts_from)
+        if monitor.progress != before:
+            monitor.save()  # most scans change nothing for most running attempts
+        verdicts.append((attempt, found))
+    overdue = [v.overdue for _, v in verdicts if v.overdue is not None]
+    state = gaps.update_gaps(cluster, now, progress_sources, metrics, overdue, len(verdicts))
+    for attempt, found in verdicts:
+        hang, slow = found.hang, found.slow
+        if state.logs_in_gap:
+            # No signal is not no progress; what the GPUs say still counts.
+            hang = None if found.silent else hang
+            slow = None
         with transaction.atomic():
-            monitor = monitors.load(attempt)
-            before = monitor.progress
-            utilisation = [u for host in attempt.nodes for u in by_host.get(host, [])]
-            hang, slow, diverged = monitors.check(
-                monitor, attempt, now, config, utilisation, samples
-            )
-            if monitor.progress != before:
-                monitor.save()  # most scans change nothing for most running attempts
             if hang is not None and attempt.pk not in interrupted:
                 summary.count(record_interruption(attempt, hang, now))
             if slow is not None:
                 summary.count(record_interruption(attempt, slow, now))
-            if diverged is not None and attempt.pk not in interrupted:
-                summary.count(record_interruption(attempt, diverged, now))
+            if found.diverged is not None and attempt.pk not in interrupted:
+                summary.count(record_interruption(attempt, found.diverged, now))
 
 
 def _utilisation_by_host(samples: Iterable[MetricSample]) -> dict[str, list[float]]:

@@ -27,7 +27,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from detection.models import Anomaly, AnomalyState, SourceCursor
+from detection.models import Anomaly, AnomalyState, SourceCursor, TelemetryGap
 from recovery_console.console import reviews
 from recovery_console.fleet.models import Cluster, ClusterMode
 from remediation.models import Advice, ControllerToken
@@ -216,8 +216,19 @@ def _sources() -> Iterator[Metric]:
         healthy.add_metric([cluster, source], 1.0 if ok else 0.0)
         if last is not None:
             success.add_metric([cluster, source], last.timestamp())
+    gap = GaugeMetricFamily(
+        f"{PREFIX}_telemetry_gap_open",
+        "1 while the source is in a telemetry gap (unreachable, silent or late): hang and "
+        "slowdown verdicts of the jobs it feeds wait.",
+        labels=["cluster", "source"],
+    )
+    for cluster, source in TelemetryGap.objects.filter(ended_at__isnull=True).values_list(
+        "cluster__name", "source"
+    ):
+        gap.add_metric([cluster, source], 1.0)
     yield healthy
     yield success
+    yield gap
 
 
 def _controllers() -> Iterator[Metric]:

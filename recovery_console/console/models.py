@@ -99,6 +99,7 @@ class NotificationEvent(models.TextChoices):
     DRAIN = "drain", "Node drained"
     MODE_CHANGE = "mode_change", "Cluster mode changed"
     REVIEW_NEEDED = "review_needed", "Advice waiting for review"
+    TELEMETRY_GAP = "telemetry_gap", "Telemetry source down, silent or late"
 
 
 class NotificationKind(models.TextChoices):

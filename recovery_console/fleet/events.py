@@ -67,7 +67,7 @@ def send_anomaly(cluster_id: int, workload_id: int, anomaly_id: int) -> None:
     transaction.on_commit(lambda: _send(groups, event))
 
 
-ClusterPart = Literal["reviews", "mode", "settings", "nodes", "notifications"]
+ClusterPart = Literal["reviews", "mode", "settings", "nodes", "notifications", "telemetry"]
 
 
 class ClusterChanged(TypedDict):

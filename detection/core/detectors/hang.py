@@ -15,6 +15,9 @@ from detection.core.interruption import Confidence, Evidence, Interruption
 from detection.core.progress import Progress
 from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
+# The evidence signatures of the two kinds of hang.
+SILENCE = "progress"
+IDLE_GPUS = "gpus_idle"
 CHECKPOINT_MARKERS = ("saving checkpoint", "save_checkpoint", "Saving model checkpoint")
 # Silence supports a hang but never establishes one: the job may be busy in a way it does not log.
 HANG_CONFIDENCE = Confidence(0.6, ConfidenceLabel.SUPPORTED)
@@ -95,14 +98,36 @@ def allowed_silence(tracker: ProgressTracker, settings: HangSettings) -> float:
     return allowed
 
 
+def silent_since(tracker: ProgressTracker, counts_from: datetime | None = None) -> datetime:
+    """Since when the job has been silent; silence before ``counts_from`` (the end of a
+    telemetry gap) is not the job's."""
+    since = tracker.last_progress_at or tracker.started_at
+    return max(since, counts_from) if counts_from else since
+
+
+def overdue_allowance(
+    tracker: ProgressTracker,
+    now: datetime,
+    settings: HangSettings,
+    counts_from: datetime | None = None,
+) -> float | None:
+    """The silence allowed (seconds) when the job has been silent for longer, else None."""
+    allowed = allowed_silence(tracker, settings)
+    overdue = now - silent_since(tracker, counts_from) > timedelta(seconds=allowed)
+    return allowed if overdue else None
+
+
 def check_hang(
-    job_id: str, tracker: ProgressTracker, now: datetime, settings: HangSettings
+    job_id: str,
+    tracker: ProgressTracker,
+    now: datetime,
+    settings: HangSettings,
+    counts_from: datetime | None = None,
 ) -> Interruption | None:
     """A hang when the job has been silent, or its GPUs idle, for too long."""
-    silent_since = tracker.last_progress_at or tracker.started_at
-    allowed = allowed_silence(tracker, settings)
-    if now - silent_since > timedelta(seconds=allowed):
-        return _no_progress(job_id, tracker, silent_since, allowed)
+    allowed = overdue_allowance(tracker, now, settings, counts_from)
+    if allowed is not None:
+        return _no_progress(job_id, tracker, silent_since(tracker, counts_from), allowed)
     idle_since = tracker.gpus_idle_since
     if idle_since and now - idle_since > timedelta(seconds=settings.idle_gpu_seconds):
         return _idle_gpus(job_id, idle_since, settings)
@@ -117,14 +142,14 @@ def _no_progress(
     else:
         what = f"no progress since step {tracker.last_step} for more than {allowed:.0f} s"
     evidence = Evidence(
-        at=since, source="log", text=tracker.last_line or what, signature="progress"
+        at=since, source="log", text=tracker.last_line or what, signature=SILENCE
     )
     return _hang(job_id, "hang:no-progress", since, what, evidence)
 
 
 def _idle_gpus(job_id: str, since: datetime, settings: HangSettings) -> Interruption:
     text = f"every GPU of the job below {settings.idle_utilisation:g}% utilisation since {since}"
-    evidence = Evidence(at=since, source="metrics", text=text, signature="gpus_idle")
+    evidence = Evidence(at=since, source="metrics", text=text, signature=IDLE_GPUS)
     return _hang(
         job_id, "hang:idle-gpus", since, "all GPUs idle while the job is running", evidence
     )

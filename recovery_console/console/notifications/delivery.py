@@ -1,5 +1,5 @@
 """Notifications: per-cluster webhooks (JSON with a Slack-compatible ``text``) and email, on a
-stop advice, a drain, a mode change and advice waiting for review.
+stop advice, a drain, a mode change, advice waiting for review and a telemetry gap.
 
 They hang off the audit trail, which every one of those events already writes, so no service
 of the loop knows about them: ``console.tasks`` enqueues one ``notify`` after the commit of an
@@ -41,6 +41,7 @@ PRIORITY = (
     NotificationEvent.DRAIN,
     NotificationEvent.MODE_CHANGE,
     NotificationEvent.REVIEW_NEEDED,
+    NotificationEvent.TELEMETRY_GAP,
 )
 VERBS = {
     "advice.proposed",
@@ -48,6 +49,7 @@ VERBS = {
     "advice.revised",
     "controller.drain_node",
     "cluster.mode_changed",
+    "telemetry.gap_opened",
 }
 
 
@@ -79,6 +81,8 @@ def events_of(verb: str, payload: dict[str, Any]) -> list[str]:
         found.append(NotificationEvent.MODE_CHANGE)
     if verb == "advice.proposed":
         found.append(NotificationEvent.REVIEW_NEEDED)
+    if verb == "telemetry.gap_opened":
+        found.append(NotificationEvent.TELEMETRY_GAP)
     return found
 
 
@@ -142,6 +146,11 @@ def _describe(entry: AuditEntry, event: str) -> str:
             )
             extra = f" (requested by {p['requested_by']}{measured})"
         return f"Mode changed from {p.get('from')} to {p.get('to')}{said}{extra}"
+    if event == NotificationEvent.TELEMETRY_GAP:
+        return (
+            f"Telemetry gap on {p.get('source')}: {p.get('reason')}; hang and slowdown verdicts"
+            f" wait for it ({p.get('suspended_jobs', 0)} running jobs)"
+        )
     return (
         f"Advice waiting for review: {p.get('action')} for {job}"
         f" ({p.get('category')}, {p.get('confidence_label')})"

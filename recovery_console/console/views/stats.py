@@ -8,7 +8,7 @@ from datetime import datetime
 
 from django.db.models import Count, Q
 
-from detection.models import Anomaly, AnomalyState
+from detection.models import Anomaly, AnomalyState, TelemetryGap
 from recovery_console.console import approval, reviews
 from recovery_console.console.models import ModeChangeRequest
 from recovery_console.fleet.models import Cluster, Workload, WorkloadState
@@ -46,6 +46,8 @@ class ClusterSummary:
     pending_request: ModeChangeRequest | None
     suspect_nodes: int
     drained_nodes: int
+    # Sources unreachable, silent or late now: hang and slowdown verdicts wait on them.
+    telemetry_gaps: list[TelemetryGap]
 
     @property
     def agreement_text(self) -> str:
@@ -129,6 +131,7 @@ def _summary(
         pending_request=approval.pending_request(cluster),
         suspect_nodes=nodes.get(cluster.pk, {}).get("suspect", 0),
         drained_nodes=nodes.get(cluster.pk, {}).get("drained", 0),
+        telemetry_gaps=list(cluster.telemetry_gaps.filter(ended_at__isnull=True)),
     )
 
 
