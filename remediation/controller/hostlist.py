@@ -24,9 +24,8 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
         return ()
     names: list[str] = []
     for entry in _split_top_level(text):
-        names.extend(_expand_entry(entry))
-        if len(names) > MAX_HOSTS:
-            raise ValueError(f"hostlist expands to more than {MAX_HOSTS} names")
+        # Counted before anything is expanded: a short text must not cost a large allocation.
+        names.extend(_expand_entry(entry, MAX_HOSTS - len(names)))
     return tuple(names)
 
 
@@ -54,17 +53,21 @@ def _split_top_level(text: str) -> list[str]:
     return entries
 
 
-def _expand_entry(entry: str) -> list[str]:
+def _expand_entry(entry: str, budget: int) -> list[str]:
     # "a[1-2]b[3]c" -> literals ["a", "b", "c"] between bracket bodies ["1-2", "3"]
     parts = re.split(r"\[([^\]]*)\]", entry)
     literals, bodies = parts[0::2], parts[1::2]
-    choices = [_expand_body(body, entry) for body in bodies]
+    ranges = [_ranges(body, entry) for body in bodies]
     total = 1
-    for options in choices:
-        total *= len(options)
-    # Checked before expanding, so a huge product fails at once instead of eating memory.
-    if total > MAX_HOSTS:
-        raise ValueError(f"hostlist entry {entry!r} expands to more than {MAX_HOSTS} names")
+    for body in ranges:
+        total *= sum(int(high) - int(low) + 1 for low, high in body)
+        # Checked before expanding, so a huge product fails at once instead of eating memory.
+        if total > budget:
+            raise ValueError(f"hostlist expands to more than {MAX_HOSTS} names")
+    choices = [
+        [str(n).zfill(len(low)) for low, high in body for n in range(int(low), int(high) + 1)]
+        for body in ranges
+    ]
     names = []
     for combo in itertools.product(*choices):
         pieces = [literals[0]]
@@ -74,8 +77,9 @@ def _expand_entry(entry: str) -> list[str]:
     return names
 
 
-def _expand_body(body: str, entry: str) -> list[str]:
-    numbers: list[str] = []
+def _ranges(body: str, entry: str) -> list[tuple[str, str]]:
+    """The ``(low, high)`` ranges of one bracket, as written (their width is kept)."""
+    ranges: list[tuple[str, str]] = []
     for item in body.split(","):
         match = _RANGE.fullmatch(item.strip())
         if match is None:
@@ -83,7 +87,5 @@ def _expand_body(body: str, entry: str) -> list[str]:
         low, high = match.group(1), match.group(2) or match.group(1)
         if int(high) < int(low):
             raise ValueError(f"descending range {item!r} in hostlist entry {entry!r}")
-        if int(high) - int(low) >= MAX_HOSTS:
-            raise ValueError(f"range {item!r} has more than {MAX_HOSTS} numbers")
-        numbers.extend(str(n).zfill(len(low)) for n in range(int(low), int(high) + 1))
-    return numbers
+        ranges.append((low, high))
+    return ranges

@@ -95,3 +95,27 @@ def test_any_text_expands_or_raises_value_error(text: str) -> None:
     except ValueError:
         return
     assert all(isinstance(name, str) for name in names)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # About 1.2 KB each: many full ranges in one bracket, or many entries of one range.
+        "n[" + ",".join(["0-99998"] * 150) + "]",
+        ",".join([f"r{i}[0-99998]" for i in range(100)]),
+        "a[0-9]" * 200,
+    ],
+)
+def test_a_short_hostile_hostlist_is_refused_before_it_costs_memory(text: str) -> None:
+    import tracemalloc
+
+    assert len(text) < 1500
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="more than"):
+            expand_hostlist(text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # At most MAX_HOSTS names are ever built (about 13 MB), never the whole expression.
+    assert peak < 32 * 1024 * 1024
