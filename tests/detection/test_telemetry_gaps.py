@@ -133,4 +133,5 @@ def test_metrics_say_which_source_is_in_a_gap(site, client) -> None:
     logs.rename(logs.with_name("moved"))
     scan_every_minute(cluster, at, 2, logs)
     exposition = client.get("/metrics").content.decode()
-    assert 'recovery_console_telemetry_gap_open{cluster="site",source="job-files"} 1.0' in exposition
+    gap = 'recovery_console_telemetry_gap_open{cluster="site",source="job-files"} 1.0'
+    assert gap in exposition

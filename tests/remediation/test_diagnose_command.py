@@ -2,6 +2,7 @@
 
 import io
 import json
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,48 @@ def test_hostile_bytes_on_stdin_are_diagnosed_and_what_was_skipped_is_said() -> 
     assert json.loads(result.stdout)["kind"] == "none"
     assert b"nul bytes stripped: 1000" in result.stderr
     assert b"lines truncated: 1" in result.stderr
+
+
+def test_any_stream_is_diagnosed_in_bounded_memory() -> None:
+    """600 MB of random bytes on standard input, within 768 MB of address space: only the end
+    of the stream is held, and chance strings in binary junk are not failures."""
+    limit = 768 * 1024 * 1024
+
+    def cap_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    junk = subprocess.Popen(["head", "-c", "600M", "/dev/urandom"], stdout=subprocess.PIPE)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "diagnose", "-"],
+        cwd=ROOT,
+        stdin=junk.stdout,
+        capture_output=True,
+        timeout=300,
+        check=False,
+        preexec_fn=cap_memory,
+    )
+    junk.wait()
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["kind"] == "none"
+    assert b"input over 33554432 bytes" in result.stderr
+
+
+def test_a_jsonl_record_nested_too_deep_or_too_long_is_reported_and_the_rest_go_on(
+    tmp_path: Path,
+) -> None:
+    records = tmp_path / "cases.jsonl"
+    with records.open("w") as handle:
+        handle.write("[" * 100_000 + "]" * 100_000 + "\n")
+        handle.write(json.dumps({"id": "long", "text": "x" * (33 * 1024 * 1024)}) + "\n")
+        handle.write(json.dumps({"id": "b", "text": XID_79}) + "\n")
+    result = diagnose("--jsonl", str(records))
+    assert result.returncode == 0, result.stderr[-2000:]
+    answers = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [a.get("error") for a in answers[:2]] == [
+        "nested too deep",
+        f"record longer than {32 * 1024 * 1024} bytes",
+    ]
+    assert answers[2]["id"] == "b" and answers[2]["category"] == "gpu_hardware"
 
 
 def test_jsonl_gives_one_result_per_record_and_reports_bad_records(tmp_path: Path) -> None:

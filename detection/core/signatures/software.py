@@ -158,7 +158,9 @@ FILESYSTEMS = (
     sig(
         "fs_io_error",
         r"Input/output error|\[Errno 5\]|PytorchStreamReader failed reading"
-        r"|PytorchStreamWriter failed writing file|file write failed|\bEIO\b",
+        r"|PytorchStreamWriter failed writing file|file write failed"
+        # EIO as a word alone turns up by chance in binary output: only as an error code.
+        r"|(?i:errno|error|err|returned|code|status|with|=)[ :(]{0,2}-?EIO\b|\(-?EIO\)",
         FS,
         "I/O error reading or writing a file.",
     ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -21,8 +22,12 @@ from detection.core.signatures import SignatureLibrary
 from remediation.core.policy import Policy
 from remediation.core.verdict import judge_excerpt
 
-# The end of a log holds the failure; past this size only the last part is read.
-MAX_INPUT_BYTES = 512 * 1024 * 1024
+# The end of a log holds the failure; past this size only the last part is read, so memory
+# stays bounded (a few times this) whatever the stream's length.
+MAX_INPUT_BYTES = 32 * 1024 * 1024
+# One --jsonl record; a longer line is reported and skipped without being held.
+MAX_RECORD_BYTES = 32 * 1024 * 1024
+CHUNK_BYTES = 4 * 1024 * 1024
 
 
 class Command(BaseCommand):
@@ -92,18 +97,23 @@ class Command(BaseCommand):
     def _records(
         self, stream: BinaryIO, context: DiagnosisContext, policy: Any, library: Any
     ) -> None:
-        for number, raw in enumerate(stream, start=1):
-            if not raw.strip():
+        for number, raw in enumerate(_lines(stream, MAX_RECORD_BYTES), start=1):
+            if raw is not None and not raw.strip():
                 continue
             try:
+                if raw is None:
+                    raise ValueError(f"record longer than {MAX_RECORD_BYTES} bytes")
                 record = json.loads(raw)
                 text = record["text"]
                 if not isinstance(text, str):
                     raise TypeError("text is not a string")
-            except (ValueError, KeyError, TypeError) as exc:
-                self.stderr.write(f"record {number}: skipped, not a {{id, text}} object ({exc})")
+            except (ValueError, KeyError, TypeError, RecursionError) as exc:
+                problem = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+                self.stderr.write(
+                    f"record {number}: skipped, not a {{id, text}} object ({problem})"
+                )
                 # A bad record still gets its output line, so none goes silently missing.
-                self.stdout.write(json.dumps({"id": None, "record": number, "error": str(exc)}))
+                self.stdout.write(json.dumps({"id": None, "record": number, "error": problem}))
                 continue
             # Encoded back, so both modes go through the same byte-level decoding.
             verdict, _ = judge_excerpt(text.encode("utf-8", "replace"), context, policy, library)
@@ -121,11 +131,23 @@ class Command(BaseCommand):
             self.stderr.write("diagnose: " + "; ".join(notes))
 
 
+def _lines(stream: BinaryIO, limit: int) -> Iterator[bytes | None]:
+    """The stream's lines; ``None`` for one longer than ``limit``, whose rest is read past in
+    chunks, never held."""
+    while line := stream.readline(limit + 1):
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line
+            continue
+        while (rest := stream.readline(CHUNK_BYTES)) and not rest.endswith(b"\n"):
+            pass
+        yield None
+
+
 def _read_tail(stream: BinaryIO) -> tuple[bytes, int]:
     """The whole input, or its last MAX_INPUT_BYTES and how many bytes came before them."""
     chunks: list[bytes] = []
     kept = skipped = 0
-    while chunk := stream.read(8 * 1024 * 1024):
+    while chunk := stream.read(CHUNK_BYTES):
         chunks.append(chunk)
         kept += len(chunk)
         # Whole chunks drop off the front, so memory stays near the cap however long the input.
