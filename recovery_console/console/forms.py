@@ -10,7 +10,9 @@ import json
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.template.defaultfilters import filesizeformat
 
 from detection.core.constants import DEFAULT_GPUS_PER_NODE
 from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
@@ -207,9 +209,21 @@ class TestSignalsForm(forms.Form):
         min_value=1, max_value=1024, initial=DEFAULT_GPUS_PER_NODE, label="Tasks (ranks) per node"
     )
 
+    def __init__(self, *args: Any, refused: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refused = refused or []
+
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if not data.get("text") and not data.get("upload"):
+        limit = settings.MAX_UPLOAD_BYTES
+        advice = f"at most {filesizeformat(limit)} is read here: try the end of the log"
+        if "upload" in self.refused:
+            self.add_error("upload", f"The file is larger than {filesizeformat(limit)}; {advice}.")
+        elif len(data.get("text") or "") > limit:
+            self.add_error(
+                "text", f"The pasted log is larger than {filesizeformat(limit)}; {advice}."
+            )
+        elif not data.get("text") and not data.get("upload"):
             raise ValidationError("Paste a log or choose a file.")
         return data
 

@@ -364,6 +364,75 @@ def test_an_uploaded_file_with_bad_bytes_says_what_was_skipped(cluster) -> None:
     assert "Invalid utf8 replaced: 2" in page
 
 
+def test_an_upload_past_the_limit_is_refused_by_name_and_never_diagnosed(cluster) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    big = XID_LOG.encode() * (11 * 1024 * 1024 // len(XID_LOG) + 1)
+    upload = SimpleUploadedFile("slurm-1.out", big)
+    response = client_for("viewer").post("/signals/", {"upload": upload, "tasks_per_node": 8})
+    page = text(response)
+    assert response.status_code == 400
+    assert "The file is larger than 10.0\xa0MB" in page
+    assert "data-field=" not in page  # no verdict
+    assert "Paste a log or choose a file" not in page
+
+
+def test_an_upload_streams_through_the_limit_without_being_held() -> None:
+    """200 MB of multipart body parsed with the site's upload handlers: what is held stays
+    near the limit's chunks, and the file is refused."""
+    import io
+    import itertools
+    import tracemalloc
+
+    from django.conf import settings
+    from django.core.files.uploadhandler import load_handler
+    from django.http.multipartparser import MultiPartParser
+    from django.test import RequestFactory
+
+    boundary = "----bound"
+    head = (
+        f"--{boundary}\r\nContent-Disposition: form-data; name=\"upload\"; "
+        'filename="slurm-1.out"\r\nContent-Type: application/octet-stream\r\n\r\n'
+    ).encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    size = 200 * 1024 * 1024
+
+    class Body(io.RawIOBase):
+        """The request body, made up as it is read."""
+
+        def __init__(self) -> None:
+            filler = (b"A" * 65536 for _ in range(size // 65536))
+            self.chunks = itertools.chain([head], filler, [tail])
+            self.pending = b""
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+            if not self.pending:
+                self.pending = next(self.chunks, b"")
+            n = min(len(buffer), len(self.pending))
+            buffer[:n] = self.pending[:n]
+            self.pending = self.pending[n:]
+            return n
+
+    request = RequestFactory().post("/signals/")
+    meta = {
+        "CONTENT_TYPE": f"multipart/form-data; boundary={boundary}",
+        "CONTENT_LENGTH": str(len(head) + size + len(tail)),
+    }
+    handlers = [load_handler(path, request) for path in settings.FILE_UPLOAD_HANDLERS]
+    tracemalloc.start()
+    try:
+        _, files = MultiPartParser(meta, io.BufferedReader(Body()), handlers).parse()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "upload" not in files
+    assert request.uploads_refused == ["upload"]
+    assert peak < 32 * 1024 * 1024
+
+
 def test_nothing_to_diagnose_is_an_error(cluster) -> None:
     response = client_for("viewer").post("/signals/", {"text": "", "tasks_per_node": 8})
     assert response.status_code == 400

@@ -15,14 +15,13 @@ from detection.core.context import DiagnosisContext
 from detection.core.decoding import decode_bytes
 from detection.core.signatures import InvalidSignature, SignatureLibrary
 from recovery_console.console.forms import TestSignalsForm
+from recovery_console.console.uploads import refused_uploads
 from remediation.core.policy import InvalidPolicy, Policy
 from remediation.core.verdict import judge_excerpt
 from remediation.services import excerpt_settings
 
 from .common import page, viewer_required
 
-# Like ``manage.py diagnose``, only the end of a huge upload is read: the failure is there.
-MAX_INPUT_BYTES = 64 * 1024 * 1024
 CONTEXT_LINES = 2
 MAX_SHOWN_LINES = 400
 
@@ -37,7 +36,9 @@ class ShownLine:
 
 @viewer_required
 def test_signals(request: HttpRequest) -> HttpResponse:
-    form = TestSignalsForm(request.POST or None, request.FILES or None)
+    form = TestSignalsForm(
+        request.POST or None, request.FILES or None, refused=refused_uploads(request)
+    )
     context: dict[str, Any] = {"form": form, "section": "signals"}
     if request.method == "POST" and form.is_valid():
         context.update(_diagnose(form))
@@ -46,7 +47,7 @@ def test_signals(request: HttpRequest) -> HttpResponse:
 
 
 def _diagnose(form: TestSignalsForm) -> dict[str, Any]:
-    data, skipped = _input(form)
+    data = _input(form)
     try:
         policy, library = _settings(form)
     except InvalidSignature as exc:
@@ -72,7 +73,6 @@ def _diagnose(form: TestSignalsForm) -> dict[str, Any]:
         "result": result,
         "result_json": json.dumps(result, indent=2),
         "report": report,
-        "skipped_bytes": skipped,
         "skipped_notes": skipped_notes,
         "shown": _shown_lines(
             lines,
@@ -84,14 +84,12 @@ def _diagnose(form: TestSignalsForm) -> dict[str, Any]:
     }
 
 
-def _input(form: TestSignalsForm) -> tuple[bytes, int]:
+def _input(form: TestSignalsForm) -> bytes:
+    # Both are bounded by MAX_UPLOAD_BYTES before they reach the form.
     upload = form.cleaned_data.get("upload")
     if upload is None:
-        return form.cleaned_data["text"].encode("utf-8", "replace"), 0
-    skipped = max(0, upload.size - MAX_INPUT_BYTES)
-    # Seek past the head rather than read it: only the tail is diagnosed.
-    upload.seek(skipped)
-    return upload.read(), skipped
+        return form.cleaned_data["text"].encode("utf-8", "replace")
+    return upload.read()
 
 
 def _settings(form: TestSignalsForm) -> tuple[Policy | None, SignatureLibrary | None]:
