@@ -88,8 +88,10 @@ def _input(form: TestSignalsForm) -> bytes:
     # Both are bounded by MAX_UPLOAD_BYTES before they reach the form.
     upload = form.cleaned_data.get("upload")
     if upload is None:
-        return form.cleaned_data["text"].encode("utf-8", "replace")
-    return upload.read()
+        text: str = form.cleaned_data["text"]
+        return text.encode("utf-8", "replace")
+    data: bytes = upload.read()
+    return data
 
 
 def _settings(form: TestSignalsForm) -> tuple[Policy | None, SignatureLibrary | None]:
