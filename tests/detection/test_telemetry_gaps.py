@@ -135,3 +135,17 @@ def test_metrics_say_which_source_is_in_a_gap(site, client) -> None:
     exposition = client.get("/metrics").content.decode()
     gap = 'recovery_console_telemetry_gap_open{cluster="site",source="job-files"} 1.0'
     assert gap in exposition
+
+
+def test_rest_clients_read_the_gaps(site, django_user_model) -> None:
+    from rest_framework.test import APIClient
+
+    cluster, logs = site
+    at = started(cluster, logs)
+    logs.rename(logs.with_name("moved"))
+    scan_every_minute(cluster, at, 2, logs)
+    api = APIClient()
+    api.force_authenticate(django_user_model.objects.create_superuser("root", "r@x.org", "pw"))
+    body = api.get("/api/v1/telemetry-gaps/", {"cluster": "site", "open": "true"}).json()
+    (gap,) = body["results"]
+    assert (gap["source"], gap["ended_at"], gap["suspended_jobs"]) == ("job-files", None, 3)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import django_filters as filters
 from django.db.models import Exists, OuterRef, QuerySet
 
-from detection.models import Anomaly, AnomalyFamily, AnomalyState
+from detection.models import Anomaly, AnomalyFamily, AnomalyState, TelemetryGap
 from recovery_console.console.models import (
     ModeChangeRequest,
     ModeRequestStatus,
@@ -110,6 +110,17 @@ class AnomalyFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filte
     class Meta:
         model = Anomaly
         fields = ("cluster", "workload", "attempt", "kind", "category", "attribution", "state")
+
+
+class TelemetryGapFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filter is untyped
+    cluster = _cluster()
+    open = filters.BooleanFilter(field_name="ended_at", lookup_expr="isnull", label="still open")
+    created__after = _after("started_at")
+    created__before = _before("started_at")
+
+    class Meta:
+        model = TelemetryGap
+        fields = ("cluster", "source", "open")
 
 
 class AdviceFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filter is untyped

@@ -9,7 +9,7 @@ from typing import Any, cast
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
-from detection.models import Anomaly
+from detection.models import Anomaly, TelemetryGap
 from recovery_console.console.models import ModeChangeRequest, NotificationChannel, Review
 from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
 from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
@@ -87,6 +87,15 @@ class AttemptSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "first_seen_at",
             "time_to_resume_s",
         )
+
+
+class TelemetryGapSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    cluster = _cluster_name()
+
+    class Meta:
+        model = TelemetryGap
+        fields = ("id", "cluster", "source", "reason", "started_at", "ended_at", "suspended_jobs")
+        read_only_fields = fields
 
 
 class AnomalySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]

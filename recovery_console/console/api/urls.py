@@ -14,6 +14,7 @@ router.register("advice", views.AdviceViewSet, basename="advice")
 router.register("reviews", views.ReviewViewSet, basename="review")
 router.register("mode-requests", views.ModeChangeRequestViewSet, basename="mode-request")
 router.register("nodes", views.NodeViewSet, basename="node")
+router.register("telemetry-gaps", views.TelemetryGapViewSet, basename="telemetry-gap")
 router.register("audit-entries", views.AuditEntryViewSet, basename="audit-entry")
 router.register(
     "notification-channels", views.NotificationChannelViewSet, basename="notification-channel"

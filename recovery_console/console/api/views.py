@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from detection.models import Anomaly
+from detection.models import Anomaly, TelemetryGap
 from recovery_console.console import approval, reviews
 from recovery_console.console.api import filtersets as f
 from recovery_console.console.api import serializers as s
@@ -177,6 +177,15 @@ class AnomalyViewSet(ReadOnlyViewSet):
     queryset = Anomaly.objects.select_related("cluster")
     serializer_class = s.AnomalySerializer
     filterset_class = f.AnomalyFilterSet
+
+
+class TelemetryGapViewSet(ReadOnlyViewSet):
+    """Telemetry gaps: when a source was unreachable, silent or late, and for how many running
+    jobs hang and slowdown verdicts waited on it."""
+
+    queryset = TelemetryGap.objects.select_related("cluster")
+    serializer_class = s.TelemetryGapSerializer
+    filterset_class = f.TelemetryGapFilterSet
 
 
 class AdviceViewSet(ReadOnlyViewSet):
