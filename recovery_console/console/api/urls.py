@@ -13,6 +13,7 @@ router.register("anomalies", views.AnomalyViewSet, basename="anomaly")
 router.register("advice", views.AdviceViewSet, basename="advice")
 router.register("reviews", views.ReviewViewSet, basename="review")
 router.register("mode-requests", views.ModeChangeRequestViewSet, basename="mode-request")
+router.register("policy-requests", views.PolicyChangeRequestViewSet, basename="policy-request")
 router.register("nodes", views.NodeViewSet, basename="node")
 router.register("audit-entries", views.AuditEntryViewSet, basename="audit-entry")
 router.register(

@@ -72,9 +72,7 @@ def test_a_bad_query_is_a_400_naming_the_field(controller, query, field) -> None
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_controller_follows_the_cursor_and_sees_every_advice(
-    live_server, secret, many
-) -> None:
+def test_the_controller_follows_the_cursor_and_sees_every_advice(live_server, secret, many) -> None:
     seen = HttpAdvisor(live_server.url, "research", secret).active_advice()
     assert sorted(a.id for a in seen) == sorted(many)
 
