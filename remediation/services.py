@@ -338,17 +338,11 @@ def expire_monitor_advice(cluster: Cluster, now: datetime) -> int:
     """Monitor-mode advice whose attempt ended (or was requeued as a new one) more than
     ``MONITOR_ADVICE_TTL`` ago expires, audited: nothing is left to act on, so the controllers'
     active list stays small. Bounded per call; the next cycle takes the rest."""
+    ended = Advice.objects.filter(
+        cluster=cluster, state=AdviceState.PROPOSED, attempt__ended_at__lte=now - MONITOR_ADVICE_TTL
+    ).values_list("pk", flat=True)
     with transaction.atomic():
-        over = list(
-            Advice.objects.select_for_update()
-            .filter(
-                cluster=cluster,
-                state=AdviceState.PROPOSED,
-                attempt__ended_at__lte=now - MONITOR_ADVICE_TTL,
-            )
-            .select_related("cluster", "workload", "attempt")
-            .order_by("pk")[:EXPIRE_BATCH]
-        )
+        over = _locked(list(ended.order_by("pk")[:EXPIRE_BATCH]), AdviceState.PROPOSED)
         for advice in over:
             advice.state, advice.updated_at = AdviceState.EXPIRED, now
             advice.save(update_fields=["state", "updated_at"])
@@ -363,15 +357,23 @@ def expire_monitor_advice(cluster: Cluster, now: datetime) -> int:
 def withdraw_enforced_advice(actor: str, cluster: Cluster, reason: str) -> int:
     """Take back every dispatched or claimed advice of ``cluster`` (it returned to monitor
     mode), each audited and announced; a controller holding one stops at the step in hand."""
+    enforced = (AdviceState.DISPATCHED, AdviceState.CLAIMED)
     with transaction.atomic():
-        taken = list(
-            Advice.objects.select_for_update()
-            .filter(cluster=cluster, state__in=(AdviceState.DISPATCHED, AdviceState.CLAIMED))
-            .select_related("cluster", "workload", "attempt")
+        ids = Advice.objects.filter(cluster=cluster, state__in=enforced).values_list(
+            "pk", flat=True
         )
+        taken = _locked(list(ids), *enforced)
         for advice in taken:
             _withdraw(advice, reason, actor)
     return len(taken)
+
+
+def _locked(ids: list[int], *states: str) -> list[Advice]:
+    """Lock advice rows by primary key only, and keep those still in ``states``: no join and no
+    index range is locked, so a controller's claim of another row never waits on it (and a
+    lock taken with a join would also hold the cluster's row, against the mode switch)."""
+    rows = Advice.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+    return [advice for advice in rows if advice.state in states]
 
 
 def _withdraw(advice: Advice, reason: str, actor: str) -> None:
@@ -470,11 +472,8 @@ def reconcile(
     re-reads the cluster: advice it may no longer enforce is withdrawn and the report refused
     (``AdviceWithdrawn``), committed first so the withdrawal stands."""
     with transaction.atomic():
-        advice = (
-            Advice.objects.select_for_update()
-            .select_related("attempt")
-            .get(pk=advice_id, cluster=controller.cluster)
-        )
+        # No join in a locking read: it would lock the joined rows too (the cluster's among them).
+        advice = Advice.objects.select_for_update().get(pk=advice_id, cluster=controller.cluster)
         refusal = _enforcement_refusal(advice)
         if not refusal:
             return _reconcile(controller, advice, observed_generation, disposition, reason)
@@ -552,11 +551,7 @@ def record_milestone(
     reported on advice no longer to be enforced is still recorded (Slurm did it), then refused
     (``AdviceWithdrawn``), so the controller takes no further step."""
     with transaction.atomic():
-        advice = (
-            Advice.objects.select_for_update()
-            .select_related("cluster", "workload", "attempt")
-            .get(pk=advice_id, cluster=controller.cluster)
-        )
+        advice = Advice.objects.select_for_update().get(pk=advice_id, cluster=controller.cluster)
         refusal = _enforcement_refusal(advice)
         milestone, created = Milestone.objects.get_or_create(
             cluster=controller.cluster,
