@@ -35,6 +35,8 @@ class HttpAdvisor:
             if path is None:
                 return items
             page = self._call("GET", path)
+            if isinstance(page, list):  # a console from before paging: one unpaged list
+                return [*items, *(AdviceItem.from_json(item) for item in page)]
             items.extend(AdviceItem.from_json(item) for item in page["results"])
             path = _next_path(page.get("next"))
         raise AdvisorUnavailable(f"{self.base}/advice: more than {MAX_PAGES} pages")

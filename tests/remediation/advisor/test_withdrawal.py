@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.db import transaction
 from rest_framework.test import APIClient
 
 from detection.scan import scan_cluster
@@ -17,7 +18,8 @@ from recovery_console.fleet import services as fleet
 from recovery_console.fleet.events import cluster_group
 from recovery_console.fleet.models import AuditEntry, ClusterMode
 from remediation import services
-from remediation.controller.reconciler import Controller
+from remediation.controller.advisor_http import HttpAdvisor
+from remediation.controller.reconciler import AdviceWithdrawn, Controller
 from remediation.controller.watchdog import Watchdog
 from remediation.local_advisor import LocalAdvisor, controller_token_for
 from remediation.models import Advice, Milestone
@@ -197,3 +199,22 @@ def test_mid_flight_the_controller_stops_at_the_step_in_hand_and_the_watchdog_re
         "watchdog"
     )
     assert not services.active_advice(cluster).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_http_controller_understands_the_refusal(live_server, cluster) -> None:
+    cluster.mode = ClusterMode.ACTION
+    cluster.save()
+    with transaction.atomic():  # as detection's scan records it
+        anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    secret = services.issue_controller_token("user:alice", cluster, "http").secret
+    advisor = HttpAdvisor(live_server.url, "research", secret)
+    (item,) = advisor.active_advice()
+    assert advisor.reconcile(item, "pending") is True
+    approval.return_to_monitor_mode("user:olga", cluster, "")
+    with pytest.raises(AdviceWithdrawn, match="monitor mode"):
+        advisor.milestone(item, "requeue_hold", T0, {}, f"advice-{item.id}-g1-requeue_hold")
+    with pytest.raises(AdviceWithdrawn):
+        advisor.reconcile(item, "converged", "done")
+    assert Advice.objects.get().state == "withdrawn"
