@@ -28,6 +28,10 @@ urlpatterns = [
     path("clusters/<slug:name>/mode/<int:pk>/approve", views.approve, name="mode-approve"),
     path("clusters/<slug:name>/mode/<int:pk>/reject", views.reject, name="mode-reject"),
     path("clusters/<slug:name>/mode/monitor", views.back_to_monitor, name="mode-monitor"),
+    path(
+        "clusters/<slug:name>/policy/<int:pk>/approve", views.approve_policy, name="policy-approve"
+    ),
+    path("clusters/<slug:name>/policy/<int:pk>/reject", views.reject_policy, name="policy-reject"),
     path("anomalies/<int:pk>/", views.anomaly_detail, name="anomaly"),
     path("reviews/", views.review_queue, name="review-queue"),
     path("reviews/_queue", views.review_queue_items, name="review-queue-items"),

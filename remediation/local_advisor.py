@@ -10,7 +10,7 @@ from recovery_console.fleet import services as console
 from recovery_console.fleet.core.scheduler import ClusterSnapshot
 from remediation import services
 from remediation.advisor.serializers import AdviceSerializer
-from remediation.controller.reconciler import AdviceItem
+from remediation.controller.reconciler import AdviceItem, AdviceWithdrawn
 
 from .models import ControllerToken
 
@@ -32,12 +32,17 @@ class LocalAdvisor:
             services.reconcile(self.token, advice.id, advice.generation, disposition, reason)
         except (services.StaleGeneration, services.AdviceAlreadyClaimed):
             return False
+        except services.AdviceWithdrawn as exc:
+            raise AdviceWithdrawn(str(exc)) from exc
         return True
 
     def milestone(
         self, advice: AdviceItem, step: str, at: datetime, detail: dict[str, Any], key: str
     ) -> None:
-        services.record_milestone(self.token, advice.id, key, step, at, detail)
+        try:
+            services.record_milestone(self.token, advice.id, key, step, at, detail)
+        except services.AdviceWithdrawn as exc:
+            raise AdviceWithdrawn(str(exc)) from exc
 
     def heartbeat(self, info: dict[str, Any]) -> None:
         services.heartbeat(self.token, info)

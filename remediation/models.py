@@ -36,7 +36,11 @@ class AdviceState(models.TextChoices):
     CLAIMED = "claimed", "Claimed by a controller"
     EXECUTED = "executed", "Executed"
     FAILED = "failed", "Failed"
+    # Monitor-mode advice whose attempt ended or was replaced: nothing left to act on.
     EXPIRED = "expired", "Expired"
+    # Dispatched or claimed advice the cluster's return to monitor mode (or a partition leaving
+    # the allowlist) took back: a controller stops at the step in hand.
+    WITHDRAWN = "withdrawn", "Withdrawn (no longer to be enforced)"
 
 
 ACTIVE_ADVICE_STATES = (AdviceState.PROPOSED, AdviceState.DISPATCHED, AdviceState.CLAIMED)

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from detection.core.findings import KNOWN_FINDINGS
@@ -29,6 +29,7 @@ from remediation.core.policy import InvalidPolicy, Policy, parse_policy
 from remediation.core.verdict import Verdict, judge
 
 from .models import (
+    ACTIVE_ADVICE_STATES,
     DESIRED_STATE_OF_ACTION,
     Advice,
     AdviceState,
@@ -46,11 +47,21 @@ SETTLED_STATES = (
     AdviceState.EXECUTED,
     AdviceState.FAILED,
     AdviceState.EXPIRED,
+    AdviceState.WITHDRAWN,
 )
+# Slurm's default MinJobAge: by then slurmctld has forgotten an ended job, and the log evidence
+# that sharpens an advice has arrived, so monitor-mode advice of an ended attempt expires.
+MONITOR_ADVICE_TTL = timedelta(minutes=5)
+EXPIRE_BATCH = 500
 
 
 class AdviceAlreadyClaimed(Exception):
     """Another controller claimed this advice first."""
+
+
+class AdviceWithdrawn(Exception):
+    """The advice may no longer be enforced (its cluster is in monitor mode, or its partition
+    left the action allowlist): a controller stops at the step in hand."""
 
 
 class StaleGeneration(Exception):
@@ -89,7 +100,9 @@ def excerpt_settings(cluster_name: str) -> tuple[Policy, SignatureLibrary]:
 
 
 def advise_cluster(cluster: Cluster, now: datetime) -> int:
-    """Advise on every open anomaly that has no advice yet or changed since its advice."""
+    """Advise on every open anomaly that has no advice yet or changed since its advice (and
+    expire monitor-mode advice whose attempt is over)."""
+    expire_monitor_advice(cluster, now)
     # Advice a controller claimed or finished is history: later evidence does not revise it,
     # so it is not looked at again (else every cycle would judge it anew for nothing).
     pending = (
@@ -321,6 +334,82 @@ def _audit(advice: Advice, verb: str, payload: dict[str, Any], actor: str = ACTO
     events.send_workloads_changed(advice.cluster_id, [advice.workload_id])
 
 
+def expire_monitor_advice(cluster: Cluster, now: datetime) -> int:
+    """Monitor-mode advice whose attempt ended (or was requeued as a new one) more than
+    ``MONITOR_ADVICE_TTL`` ago expires, audited: nothing is left to act on, so the controllers'
+    active list stays small. Bounded per call; the next cycle takes the rest."""
+    ended = Advice.objects.filter(
+        cluster=cluster, state=AdviceState.PROPOSED, attempt__ended_at__lte=now - MONITOR_ADVICE_TTL
+    ).values_list("pk", flat=True)
+    with transaction.atomic():
+        over = _locked(list(ended.order_by("pk")[:EXPIRE_BATCH]), AdviceState.PROPOSED)
+        for advice in over:
+            advice.state, advice.updated_at = AdviceState.EXPIRED, now
+            advice.save(update_fields=["state", "updated_at"])
+            _audit(
+                advice,
+                "advice.expired",
+                {"generation": advice.generation, "attempt_state": advice.attempt.state},
+            )
+    return len(over)
+
+
+def withdraw_enforced_advice(actor: str, cluster: Cluster, reason: str) -> int:
+    """Take back every dispatched or claimed advice of ``cluster`` (it returned to monitor
+    mode), each audited and announced; a controller holding one stops at the step in hand."""
+    enforced = (AdviceState.DISPATCHED, AdviceState.CLAIMED)
+    with transaction.atomic():
+        ids = Advice.objects.filter(cluster=cluster, state__in=enforced).values_list(
+            "pk", flat=True
+        )
+        taken = _locked(list(ids), *enforced)
+        for advice in taken:
+            _withdraw(advice, reason, actor)
+    return len(taken)
+
+
+def _locked(ids: list[int], *states: str) -> list[Advice]:
+    """Lock advice rows by primary key only, and keep those still in ``states``: no join and no
+    index range is locked, so a controller's claim of another row never waits on it (and a
+    lock taken with a join would also hold the cluster's row, against the mode switch)."""
+    rows = Advice.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+    return [advice for advice in rows if advice.state in states]
+
+
+def _withdraw(advice: Advice, reason: str, actor: str) -> None:
+    previous = advice.state
+    advice.state, advice.enforce, advice.updated_at = AdviceState.WITHDRAWN, False, timezone.now()
+    advice.disposition, advice.disposition_reason = "withdrawn", reason
+    advice.save(
+        update_fields=["state", "enforce", "updated_at", "disposition", "disposition_reason"]
+    )
+    payload = {"from": previous, "generation": advice.generation, "reason": reason}
+    _audit(advice, "advice.withdrawn", payload | {"claimed_by": advice.claimed_by}, actor)
+
+
+def _enforcement_refusal(advice: Advice) -> str:
+    """Why this advice may no longer be acted on, read afresh from its cluster ("" if it may).
+    Dispatched or claimed advice that no longer may is withdrawn here, and stays so."""
+    if advice.state == AdviceState.WITHDRAWN:
+        return advice.disposition_reason or "withdrawn"
+    if advice.state not in (AdviceState.DISPATCHED, AdviceState.CLAIMED):
+        return ""  # proposed is refused by ``enforce``; settled advice only takes replays
+    cluster = Cluster.objects.get(pk=advice.cluster_id)
+    allowlist = cluster.partitions_allowlist
+    if cluster.mode != ClusterMode.ACTION:
+        reason = f"{cluster.name} is in monitor mode"
+    elif allowlist and advice.attempt.partition not in allowlist:
+        reason = f"partition {advice.attempt.partition!r} is outside the action allowlist"
+    else:
+        return ""
+    _withdraw(advice, reason, ACTOR)
+    return reason
+
+
+def _withdrawn(advice: Advice, reason: str) -> AdviceWithdrawn:
+    return AdviceWithdrawn(f"advice {advice.pk} was withdrawn ({reason}): stop at the step in hand")
+
+
 # --- controllers -----------------------------------------------------------------------------
 
 
@@ -348,19 +437,19 @@ def authenticate_controller(secret: str) -> ControllerToken | None:
     )
 
 
-def active_advice(cluster: Cluster) -> list[Advice]:
-    """What a controller should look at: proposed (monitor mode, never to be acted on),
-    dispatched and claimed advice."""
-    return list(
-        Advice.objects.filter(
-            cluster=cluster,
-            state__in=[
-                s.value for s in (AdviceState.PROPOSED, AdviceState.DISPATCHED, AdviceState.CLAIMED)
-            ],
-        )
+def active_advice(cluster: Cluster) -> QuerySet[Advice]:
+    """What a controller should look at, oldest first: proposed (monitor mode, never to be
+    acted on), dispatched and claimed advice; and withdrawn advice whose requeue-hold was never
+    released, so the watchdog still releases that job (it fails open)."""
+    hold = Milestone.objects.filter(advice=OuterRef("pk"), action=Milestone.Step.REQUEUE_HOLD)
+    release = Milestone.objects.filter(advice=OuterRef("pk"), action=Milestone.Step.RELEASE)
+    left_held = Q(state=AdviceState.WITHDRAWN) & Exists(hold) & ~Exists(release)
+    return (
+        Advice.objects.filter(cluster=cluster)
+        .filter(Q(state__in=ACTIVE_ADVICE_STATES) | left_held)
         .exclude(action=Action.NONE)
         .select_related("attempt")
-        .order_by("decided_at")
+        .order_by("pk")
     )
 
 
@@ -379,20 +468,34 @@ def reconcile(
 ) -> Reconciled:
     """A controller's report on one advice, scoped to the generation it acted on. ``pending``
     claims it (a conditional update: a second controller is refused), ``converged`` marks it
-    executed, ``abandoned`` failed. Replays and stale generations change nothing."""
+    executed, ``abandoned`` failed. Replays and stale generations change nothing. Each report
+    re-reads the cluster: advice it may no longer enforce is withdrawn and the report refused
+    (``AdviceWithdrawn``), committed first so the withdrawal stands."""
     with transaction.atomic():
+        # No join in a locking read: it would lock the joined rows too (the cluster's among them).
         advice = Advice.objects.select_for_update().get(pk=advice_id, cluster=controller.cluster)
-        if observed_generation != advice.generation:
-            raise StaleGeneration(f"advice {advice.pk} is at generation {advice.generation}")
-        if not advice.enforce:
-            raise PermissionError(
-                "this advice is published in monitor mode and must not be acted on"
-            )
-        if advice.claimed_by and advice.claimed_by != controller.actor:
-            raise AdviceAlreadyClaimed(advice.pk)
-        if disposition == "pending":
-            return Reconciled(advice, _claim(controller, advice))
-        return Reconciled(advice, _settle(controller, advice, disposition, reason))
+        refusal = _enforcement_refusal(advice)
+        if not refusal:
+            return _reconcile(controller, advice, observed_generation, disposition, reason)
+    raise _withdrawn(advice, refusal)
+
+
+def _reconcile(
+    controller: ControllerToken,
+    advice: Advice,
+    observed_generation: int,
+    disposition: str,
+    reason: str,
+) -> Reconciled:
+    if observed_generation != advice.generation:
+        raise StaleGeneration(f"advice {advice.pk} is at generation {advice.generation}")
+    if not advice.enforce:
+        raise PermissionError("this advice is published in monitor mode and must not be acted on")
+    if advice.claimed_by and advice.claimed_by != controller.actor:
+        raise AdviceAlreadyClaimed(advice.pk)
+    if disposition == "pending":
+        return Reconciled(advice, _claim(controller, advice))
+    return Reconciled(advice, _settle(controller, advice, disposition, reason))
 
 
 def _claim(controller: ControllerToken, advice: Advice) -> bool:
@@ -444,9 +547,12 @@ def record_milestone(
     at: datetime,
     detail: dict[str, Any],
 ) -> tuple[Milestone, bool]:
-    """Record a step a controller took; a replay with the same key records nothing."""
+    """Record a step a controller took; a replay with the same key records nothing. A step
+    reported on advice no longer to be enforced is still recorded (Slurm did it), then refused
+    (``AdviceWithdrawn``), so the controller takes no further step."""
     with transaction.atomic():
-        advice = Advice.objects.get(pk=advice_id, cluster=controller.cluster)
+        advice = Advice.objects.select_for_update().get(pk=advice_id, cluster=controller.cluster)
+        refusal = _enforcement_refusal(advice)
         milestone, created = Milestone.objects.get_or_create(
             cluster=controller.cluster,
             idempotency_key=key,
@@ -460,9 +566,12 @@ def record_milestone(
             },
         )
         if created:
-            _audit(advice, f"controller.{step}", {"at": at.isoformat(), **detail}, controller.actor)
+            payload = {"at": at.isoformat(), **detail} | ({"withdrawn": True} if refusal else {})
+            _audit(advice, f"controller.{step}", payload, controller.actor)
             if step == Milestone.Step.DRAIN_NODE:
                 _mark_drained(advice, detail.get("node", ""), at)
+    if refusal:
+        raise _withdrawn(advice, refusal)
     return milestone, created
 
 

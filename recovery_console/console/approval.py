@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from recovery_console.fleet import audit, events
 from recovery_console.fleet.models import Cluster, ClusterMode
+from remediation import services as remediation
 
 from .models import ModeChangeRequest, ModeRequestStatus
 from .reviews import Agreement, ApprovalRefused, RoleMissing, _require, actor_of, agreement
@@ -139,17 +140,21 @@ def back_to_monitor(user: Any, cluster: Cluster, reason: str) -> Cluster:
 
 @transaction.atomic
 def return_to_monitor_mode(actor: str, cluster: Cluster, reason: str) -> Cluster:
-    """Going back to monitor mode is immediate for any operator; it is still audited."""
+    """Going back to monitor mode is immediate for any operator; it is still audited. Advice
+    already dispatched or claimed is withdrawn with it: nothing keeps acting in monitor mode."""
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     previous = cluster.mode
     cluster.mode = ClusterMode.MONITOR
     cluster.save(update_fields=["mode", "updated_at"])
+    withdrawn = remediation.withdraw_enforced_advice(
+        actor, cluster, f"returned to monitor mode by {actor}" + (f": {reason}" if reason else "")
+    )
     audit.record(
         actor,
         "cluster.mode_changed",
         cluster,
         cluster=cluster,
-        payload={"from": previous, "to": cluster.mode, "reason": reason},
+        payload={"from": previous, "to": cluster.mode, "reason": reason, "withdrawn": withdrawn},
     )
     return cluster
 

@@ -94,6 +94,44 @@ class ModeChangeRequest(models.Model):
         return f"action mode for {self.cluster_id}: {self.status}"
 
 
+class PolicyChangeRequest(models.Model):
+    """A change of a cluster's settings that applies only once a second person with the
+    approver role approves it: one that touches the approval gate (``approval_*``), or any
+    change of the policy or the allowlist while the cluster is in action mode. ``base`` holds
+    those settings as they were when asked: approval is refused if they moved since."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="policy_requests")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="policy_requests"
+    )
+    requested_at = models.DateTimeField()
+    # The settings asked for ({"policy": {...}, ...}), validated when asked and again on approval.
+    changes = models.JSONField()
+    base = models.JSONField()
+    # Why it needs a second person, in words, for the approver.
+    why = models.JSONField(default=list)
+    note = models.TextField(blank=True)
+    status = models.CharField(
+        max_length=16, choices=ModeRequestStatus.choices, default=ModeRequestStatus.PENDING
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="policy_decisions",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["-requested_at"]
+        indexes: ClassVar = [models.Index(fields=["cluster", "status"])]
+
+    def __str__(self) -> str:
+        return f"settings change for {self.cluster_id}: {self.status}"
+
+
 class NotificationEvent(models.TextChoices):
     STOP = "stop", "Stop advised"
     DRAIN = "drain", "Node drained"

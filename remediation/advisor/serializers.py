@@ -78,6 +78,24 @@ class AdviceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         )
 
 
+class AdvicePageSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    next = serializers.URLField(allow_null=True, help_text="the next page; null on the last")
+    previous = serializers.URLField(allow_null=True)
+    results = AdviceSerializer(many=True)
+
+
+class AdviceQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    active = serializers.BooleanField(default=True)
+    # Above 250 is cut to 250 by the paginator; a non-number or zero is a 400 naming it.
+    limit = serializers.IntegerField(min_value=1, required=False)
+    cursor = serializers.CharField(required=False)
+
+
+class RefusalSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    detail = serializers.CharField()
+    code = serializers.CharField(required=False, help_text="`withdrawn`: take no further step")
+
+
 class ReconciliationSerializer(serializers.Serializer):  # type: ignore[type-arg]
     observed_generation = serializers.IntegerField(min_value=1)
     # A controller's words; the console maps them to claimed, executed and failed.

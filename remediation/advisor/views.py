@@ -6,9 +6,10 @@ replayed request changes nothing twice."""
 from typing import Any
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -35,6 +36,21 @@ def controller_of(request: Request) -> ControllerToken:
         # Unreachable behind IsControllerOfCluster; kept so a view wired without it fails closed.
         raise PermissionDenied("a controller token is required")
     return token
+
+
+WITHDRAWN = "withdrawn"
+REFUSALS = {
+    409: OpenApiResponse(
+        s.RefusalSerializer,
+        description="a stale generation, another controller's claim, or (`code: withdrawn`) "
+        "advice no longer to be enforced: take no further step for it",
+    )
+}
+
+
+def withdrawn(exc: services.AdviceWithdrawn) -> Response:
+    # Its own code, so a controller tells "stop here" apart from a lost race or a stale report.
+    return Response({"detail": str(exc), "code": WITHDRAWN}, status=status.HTTP_409_CONFLICT)
 
 
 class AdvisorView(APIView):
@@ -79,32 +95,55 @@ def _snapshot(data: dict[str, Any]) -> ClusterSnapshot:
     return ClusterSnapshot(taken_at=data["taken_at"], jobs=jobs, nodes=nodes)
 
 
+class ActiveAdviceCursor(CursorPagination):
+    """Oldest first by id: stable while advice is added or revised, so a controller following
+    the cursor neither skips nor repeats one."""
+
+    ordering = "id"
+    page_size = 100
+    page_size_query_param = "limit"
+    max_page_size = 250
+
+
+class AdviceHistoryCursor(ActiveAdviceCursor):
+    ordering = "-id"
+
+
 class AdviceListView(AdvisorView):
     @extend_schema(
-        parameters=[OpenApiParameter("active", bool, description="only advice still to act on")],
-        responses=s.AdviceSerializer(many=True),
+        parameters=[
+            OpenApiParameter("active", bool, description="only advice still to act on (default)"),
+            OpenApiParameter("limit", int, description="page size, 100 by default, at most 250"),
+            OpenApiParameter("cursor", str, description="the position `next` links to"),
+        ],
+        responses=s.AdvicePageSerializer,
     )
     def get(self, request: Request, cluster: str) -> Response:
-        """Advice with its generation, desired state and exclusions; ``enforce: false`` (monitor
-        mode, or a partition outside the allowlist) must not be acted on."""
-        # Active by default: that is what a controller polls every cycle.
-        if request.query_params.get("active", "true").lower() in {"1", "true", "yes"}:
-            advice = services.active_advice(controller_of(request).cluster)
+        """Advice with its generation, desired state and exclusions, a page at a time (follow
+        ``next``); ``enforce: false`` (monitor mode, a partition outside the allowlist,
+        withdrawn) must not be acted on."""
+        # A plain dict: from a QueryDict DRF would read a missing boolean as false.
+        query = s.AdviceQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        own = controller_of(request).cluster
+        # Active by default: that is what a controller polls every cycle. History newest first.
+        if query.validated_data["active"]:
+            advice, paginator = services.active_advice(own), ActiveAdviceCursor()
         else:
-            # The full history is capped (newest first): it is for inspection, not for paging.
-            advice = list(
-                Advice.objects.filter(cluster=controller_of(request).cluster).select_related(
-                    "attempt"
-                )[:1000]
-            )
-        return Response(s.AdviceSerializer(advice, many=True).data)
+            advice = Advice.objects.filter(cluster=own).select_related("attempt")
+            paginator = AdviceHistoryCursor()
+        page = paginator.paginate_queryset(advice, request, view=self)
+        return paginator.get_paginated_response(s.AdviceSerializer(page, many=True).data)
 
 
 class ReconciliationView(AdvisorView):
-    @extend_schema(request=s.ReconciliationSerializer, responses=s.AdviceSerializer)
+    @extend_schema(
+        request=s.ReconciliationSerializer, responses={200: s.AdviceSerializer, **REFUSALS}
+    )
     def put(self, request: Request, cluster: str, pk: int) -> Response:
         """Report on one advice for the generation acted on: pending (claims it), converged or
-        abandoned. Idempotent; a stale generation or another controller's claim gets 409."""
+        abandoned. Idempotent; a stale generation or another controller's claim gets 409, and
+        so does advice withdrawn since (``code: withdrawn``)."""
         payload = s.ReconciliationSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         # Scoped lookup first: another cluster's advice id gets 404, not a server error.
@@ -118,6 +157,8 @@ class ReconciliationView(AdvisorView):
                 data["disposition"],
                 data["reason"],
             )
+        except services.AdviceWithdrawn as exc:
+            return withdrawn(exc)
         except services.StaleGeneration as exc:
             # 409, not 400: newer advice exists, and the controller re-reads it next cycle.
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
@@ -135,22 +176,27 @@ class ReconciliationView(AdvisorView):
 class MilestoneView(AdvisorView):
     @extend_schema(
         request=s.MilestoneSerializer,
-        responses={201: s.MilestoneSerializer, 200: s.MilestoneSerializer},
+        responses={201: s.MilestoneSerializer, 200: s.MilestoneSerializer, **REFUSALS},
     )
     def post(self, request: Request, cluster: str) -> Response:
-        """A step carried out; the idempotency key makes a replay record nothing (200)."""
+        """A step carried out; the idempotency key makes a replay record nothing (200). On
+        advice withdrawn meanwhile the step is recorded and answered 409 ``code: withdrawn``:
+        the controller takes no further step."""
         payload = s.MilestoneSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
         get_object_or_404(Advice, pk=data["advice"], cluster=controller_of(request).cluster)
-        _, created = services.record_milestone(
-            controller_of(request),
-            data["advice"],
-            data["idempotency_key"],
-            data["action"],
-            data["at"],
-            data["detail"],
-        )
+        try:
+            _, created = services.record_milestone(
+                controller_of(request),
+                data["advice"],
+                data["idempotency_key"],
+                data["action"],
+                data["at"],
+                data["detail"],
+            )
+        except services.AdviceWithdrawn as exc:
+            return withdrawn(exc)
         # 200 on a replay: a controller retrying after a lost answer sees success, not an error.
         return Response(
             payload.data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK

@@ -8,11 +8,14 @@ import urllib.error
 import urllib.request
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from recovery_console.fleet.core.scheduler import ClusterSnapshot, snapshot_to_json
 
-from .reconciler import AdviceItem, AdvisorUnavailable
+from .reconciler import AdviceItem, AdviceWithdrawn, AdvisorUnavailable
+
+PAGE_SIZE = 250  # the Advisor API's largest page: fewest round trips
+MAX_PAGES = 1000  # a cursor that never ends must not keep the cycle forever
 
 
 class HttpAdvisor:
@@ -25,7 +28,18 @@ class HttpAdvisor:
         self._call("POST", "/snapshots", snapshot_to_json(snapshot))
 
     def active_advice(self) -> list[AdviceItem]:
-        return [AdviceItem.from_json(item) for item in self._call("GET", "/advice?active=true")]
+        """Every page of the active advice, following the cursor."""
+        items: list[AdviceItem] = []
+        path: str | None = f"/advice?active=true&limit={PAGE_SIZE}"
+        for _ in range(MAX_PAGES):
+            if path is None:
+                return items
+            page = self._call("GET", path)
+            if isinstance(page, list):  # a console from before paging: one unpaged list
+                return [*items, *(AdviceItem.from_json(item) for item in page)]
+            items.extend(AdviceItem.from_json(item) for item in page["results"])
+            path = _next_path(page.get("next"))
+        raise AdvisorUnavailable(f"{self.base}/advice: more than {MAX_PAGES} pages")
 
     def reconcile(self, advice: AdviceItem, disposition: str, reason: str = "") -> bool:
         body = {
@@ -35,7 +49,9 @@ class HttpAdvisor:
         }
         try:
             self._call("PUT", f"/advice/{advice.id}/reconciliation", body)
-        except _Conflict:
+        except _Conflict as exc:
+            if exc.withdrawn:
+                raise AdviceWithdrawn(exc.detail) from exc
             return False  # a stale generation, or another controller's claim
         return True
 
@@ -49,7 +65,11 @@ class HttpAdvisor:
             "at": at.isoformat(),
             "detail": detail,
         }
-        self._call("POST", "/milestones", body)
+        try:
+            self._call("POST", "/milestones", body)
+        except _Conflict as exc:
+            # Recorded, but the advice was withdrawn: no further step (only this answer is 409).
+            raise AdviceWithdrawn(exc.detail) from exc
 
     def heartbeat(self, info: dict[str, Any]) -> None:
         self._call("POST", "/heartbeat", info)
@@ -67,10 +87,10 @@ class HttpAdvisor:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
             # A conflict is an answer, not an outage: reconcile turns it into False, not a retry.
-            if exc.code == 409:
-                raise _Conflict(path) from exc
             # Bounded: an HTML error page must not flood the controller's log.
-            detail = exc.read()[:500].decode(errors="replace")
+            detail = exc.read()[:2000].decode(errors="replace")
+            if exc.code == 409:
+                raise _Conflict(detail) from exc
             raise AdvisorUnavailable(
                 f"{method} {self.base}{path}: HTTP {exc.code} {detail}"
             ) from exc
@@ -79,5 +99,23 @@ class HttpAdvisor:
         return json.loads(raw) if raw else None
 
 
+def _next_path(link: str | None) -> str | None:
+    """The path of the next page from its link, kept under our own base: behind a proxy the
+    link's host or scheme may not be the one the controller was told to use."""
+    if not link:
+        return None
+    return f"/advice?{urlsplit(link).query}"
+
+
 class _Conflict(Exception):
-    pass
+    """A 409: an answer, not an outage. ``withdrawn``: the advice is no longer enforced."""
+
+    def __init__(self, body: str) -> None:
+        try:
+            answer = json.loads(body)
+        except ValueError:
+            answer = {}
+        answer = answer if isinstance(answer, dict) else {}
+        self.detail = str(answer.get("detail", body))[:500]
+        self.withdrawn = answer.get("code") == "withdrawn"
+        super().__init__(self.detail)

@@ -61,6 +61,11 @@ class AdvisorUnavailable(Exception):
     """The console could not be reached or answered an error; the controller retries later."""
 
 
+class AdviceWithdrawn(Exception):
+    """The console took the advice back (monitor mode, or its partition left the allowlist):
+    the step in hand is done, no further one is taken for it."""
+
+
 class Advisor(Protocol):
     def post_snapshot(self, snapshot: ClusterSnapshot) -> None: ...
     def active_advice(self) -> list[AdviceItem]: ...
@@ -86,6 +91,7 @@ class CycleReport:
     advice_seen: int = 0
     carried_out: list[int] = field(default_factory=list)
     abandoned: list[int] = field(default_factory=list)
+    withdrawn: list[int] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     error: str = ""
 
@@ -134,17 +140,23 @@ class Controller:
         if self.partitions and advice.partition not in self.partitions:
             report.skipped.append(f"advice {advice.id}: partition {advice.partition} not ours")
             return
-        # Claim before acting: the console's conditional update lets only one controller through.
-        if not self.advisor.reconcile(advice, "pending"):
-            report.skipped.append(f"advice {advice.id}: claimed by another controller")
+        try:
+            # Claim first: the console's conditional update lets only one controller through,
+            # and it refuses advice it no longer enforces.
+            if not self.advisor.reconcile(advice, "pending"):
+                report.skipped.append(f"advice {advice.id}: claimed by another controller")
+                return
+            converged = self.carry_out(advice)
+        except AdviceWithdrawn as exc:
+            # Each report after a step is the permit for the next: refused, Slurm is left as is.
+            log.warning("advice %s withdrawn, no further step: %s", advice.id, exc)
+            report.withdrawn.append(advice.id)
             return
-        if self.carry_out(advice):
-            report.carried_out.append(advice.id)
-        else:
-            report.abandoned.append(advice.id)
+        (report.carried_out if converged else report.abandoned).append(advice.id)
 
     def carry_out(self, advice: AdviceItem) -> bool:
-        """Bring the job to the advice's desired state; True when it converged."""
+        """Bring the job to the advice's desired state; True when it converged. Each step is
+        reported before the next is taken, and ``AdviceWithdrawn`` from a report ends it."""
         try:
             job = self.scheduler.job(advice.job_id)
             if job is None:

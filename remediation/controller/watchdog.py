@@ -21,7 +21,7 @@ from typing import Any
 
 from recovery_console.fleet.core.scheduler import JobRecord, JobState
 
-from .reconciler import AdviceItem, Advisor, AdvisorUnavailable, Scheduler
+from .reconciler import AdviceItem, AdviceWithdrawn, Advisor, AdvisorUnavailable, Scheduler
 from .slurm import SlurmCommandError
 
 log = logging.getLogger(__name__)
@@ -134,6 +134,8 @@ class Watchdog:
         for report in self.state.unreported:
             try:
                 self._report(report)
+            except AdviceWithdrawn:
+                pass  # recorded; the refusal only stops a controller's next step
             except AdvisorUnavailable:
                 # Kept in the state file and retried next cycle, across restarts too.
                 remaining.append(report)

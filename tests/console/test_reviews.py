@@ -398,7 +398,7 @@ def test_back_to_monitor_is_immediate_for_any_operator(cluster, alice) -> None:
     entry = AuditEntry.objects.get(verb="cluster.mode_changed")
     assert (entry.actor, entry.payload) == (
         "user:alice",
-        {"from": "action", "to": "monitor", "reason": "the canary misbehaved"},
+        {"from": "action", "to": "monitor", "reason": "the canary misbehaved", "withdrawn": 0},
     )
 
 

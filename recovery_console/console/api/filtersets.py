@@ -13,6 +13,7 @@ from recovery_console.console.models import (
     ModeChangeRequest,
     ModeRequestStatus,
     NotificationChannel,
+    PolicyChangeRequest,
     Review,
 )
 from recovery_console.fleet.core.taxonomy import (
@@ -162,6 +163,17 @@ class ModeChangeRequestFilterSet(filters.FilterSet):  # type: ignore[misc]  # dj
 
     class Meta:
         model = ModeChangeRequest
+        fields = ("cluster", "status")
+
+
+class PolicyChangeRequestFilterSet(filters.FilterSet):  # type: ignore[misc]  # django-filter is untyped
+    cluster = _cluster()
+    status = filters.ChoiceFilter(choices=ModeRequestStatus.choices)
+    created__after = _after("requested_at")
+    created__before = _before("requested_at")
+
+    class Meta:
+        model = PolicyChangeRequest
         fields = ("cluster", "status")
 
 

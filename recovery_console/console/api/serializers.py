@@ -10,7 +10,12 @@ from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from detection.models import Anomaly, TelemetryGap
-from recovery_console.console.models import ModeChangeRequest, NotificationChannel, Review
+from recovery_console.console.models import (
+    ModeChangeRequest,
+    NotificationChannel,
+    PolicyChangeRequest,
+    Review,
+)
 from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
 from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
 from remediation.models import Advice, NodeHealth
@@ -52,6 +57,8 @@ class ClusterSettingsSerializer(serializers.Serializer):  # type: ignore[type-ar
     )
     telemetry = serializers.DictField(required=False)
     scheduler = serializers.DictField(required=False)
+    # For the approver, when the change waits for one.
+    note = serializers.CharField(required=False, allow_blank=True, max_length=5000)
 
 
 class WorkloadSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -223,6 +230,32 @@ class ModeChangeRequestSerializer(serializers.ModelSerializer):  # type: ignore[
             "note",
             "agreement_rate",
             "labelled",
+            "status",
+            "decided_by",
+            "decided_at",
+            "decision_note",
+        )
+
+
+class PolicyChangeRequestSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    cluster = _cluster_name()
+    requested_by = _username()
+    decided_by = _username()
+    changes = serializers.DictField(read_only=True)
+    base = serializers.DictField(read_only=True)
+    why = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = PolicyChangeRequest
+        fields = (
+            "id",
+            "cluster",
+            "requested_by",
+            "requested_at",
+            "changes",
+            "base",
+            "why",
+            "note",
             "status",
             "decided_by",
             "decided_at",

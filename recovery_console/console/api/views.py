@@ -26,13 +26,18 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from detection.models import Anomaly, TelemetryGap
-from recovery_console.console import approval, reviews
+from recovery_console.console import approval, policy_approval, reviews
 from recovery_console.console.api import filtersets as f
 from recovery_console.console.api import serializers as s
-from recovery_console.console.models import ModeChangeRequest, NotificationChannel, Review
+from recovery_console.console.models import (
+    ModeChangeRequest,
+    NotificationChannel,
+    PolicyChangeRequest,
+    Review,
+)
 from recovery_console.console.notifications import channels
 from recovery_console.console.roles import ADMIN, APPROVER, OPERATOR, REVIEWER, VIEWER, HasRole
-from recovery_console.fleet import audit, services
+from recovery_console.fleet import audit
 from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
 from remediation import services as remediation
 from remediation.models import Advice, NodeHealth
@@ -84,21 +89,40 @@ class ClusterViewSet(ReadOnlyViewSet):
 
     @extend_schema(
         request=s.ClusterSettingsSerializer,
-        responses={200: s.ClusterSerializer, 400: OpenApiResponse(description="the problems")},
+        responses={
+            200: s.ClusterSerializer,
+            202: OpenApiResponse(
+                s.PolicyChangeRequestSerializer,
+                description="not applied yet: a second person with the approver role must "
+                "approve the request (it touches the approval gate, or the cluster acts)",
+            ),
+            400: OpenApiResponse(description="the problems"),
+            **REFUSED,
+        },
     )
     def partial_update(self, request: Request, name: str) -> Response:
         """Change the policy, partition allowlist or connections (operator). Each document is
-        validated; a refusal lists every problem. The mode is changed by the workflow only."""
+        validated; a refusal lists every problem. A change of the approval gate, or of the
+        policy or allowlist in action mode, waits for a second person's approval (202). The
+        mode is changed by the workflow only."""
         payload = s.ClusterSettingsSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
+        data = dict(payload.validated_data)
+        note = data.pop("note", "")
         try:
-            cluster = services.update_cluster_settings(
-                reviews.actor_of(request.user), self.get_object(), **payload.validated_data
+            result = policy_approval.change_cluster_settings(
+                request.user, self.get_object(), data, note
             )
         # Django's ValidationError is not DRF's: give it the same 400 shape by hand.
         except ModelValidationError as exc:
             return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
-        return Response(s.ClusterSerializer(cluster).data)
+        except reviews.ApprovalRefused as exc:
+            return refusal(exc)
+        if isinstance(result, PolicyChangeRequest):
+            return Response(
+                s.PolicyChangeRequestSerializer(result).data, status=status.HTTP_202_ACCEPTED
+            )
+        return Response(s.ClusterSerializer(result).data)
 
     @extend_schema(responses=s.AgreementSerializer)
     @action(detail=True, methods=["get"])
@@ -256,6 +280,43 @@ class ModeChangeRequestViewSet(ReadOnlyViewSet):
         except reviews.ApprovalRefused as exc:
             return refusal(exc)
         return Response(s.ModeChangeRequestSerializer(decided).data)
+
+
+class PolicyChangeRequestViewSet(ReadOnlyViewSet):
+    """Settings changes waiting for (or decided by) a second person: those that touch the
+    approval gate, or the policy or allowlist of a cluster in action mode."""
+
+    queryset = PolicyChangeRequest.objects.select_related("cluster", "requested_by", "decided_by")
+    serializer_class = s.PolicyChangeRequestSerializer
+    filterset_class = f.PolicyChangeRequestFilterSet
+    verb_roles: ClassVar = {"approve": APPROVER}
+
+    @extend_schema(request=None, responses={200: s.PolicyChangeRequestSerializer, **REFUSED})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        """Approve and apply (approver, not the requester), while the settings it changes are
+        as they were when asked."""
+        try:
+            decided = policy_approval.approve_policy_request(request.user, self.get_object())
+        except reviews.ApprovalRefused as exc:
+            return refusal(exc)
+        return Response(s.PolicyChangeRequestSerializer(decided).data)
+
+    @extend_schema(
+        request=s.ReasonSerializer, responses={200: s.PolicyChangeRequestSerializer, **REFUSED}
+    )
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str) -> Response:
+        """Reject (approver) or withdraw (the requester), saying why."""
+        payload = s.ReasonSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        try:
+            decided = policy_approval.reject_policy_request(
+                request.user, self.get_object(), payload.validated_data["reason"]
+            )
+        except reviews.ApprovalRefused as exc:
+            return refusal(exc)
+        return Response(s.PolicyChangeRequestSerializer(decided).data)
 
 
 class NodeViewSet(ReadOnlyViewSet):

@@ -5,7 +5,16 @@ from .anomalies import anomaly_detail
 from .audit import audit_trail, chain_status
 from .cluster_settings import cluster_settings
 from .clusters import cluster_card, cluster_detail, cluster_workloads, overview
-from .mode import approve, back_to_monitor, mode_page, mode_status, reject, request_action
+from .mode import (
+    approve,
+    approve_policy,
+    back_to_monitor,
+    mode_page,
+    mode_status,
+    reject,
+    reject_policy,
+    request_action,
+)
 from .nodes import node_list, node_table, release
 from .review_queue import agreement_chart, label, review_queue, review_queue_items
 from .signals import test_signals
@@ -23,6 +32,8 @@ __all__ = [
     "cluster_settings",
     "cluster_workloads",
     "label",
+    "approve_policy",
+    "reject_policy",
     "mode_page",
     "mode_status",
     "node_list",

@@ -16,10 +16,11 @@ from detection.core.detectors.hang import HangSettings
 from detection.core.detectors.straggler import StragglerSettings
 from detection.models import DetectionSettings
 from detection.services import detection_settings_of, update_detection_settings
+from recovery_console.console import policy_approval
 from recovery_console.console.forms import ClusterSettingsForm
-from recovery_console.console.reviews import actor_of
+from recovery_console.console.models import PolicyChangeRequest
+from recovery_console.console.reviews import ApprovalRefused, actor_of
 from recovery_console.console.roles import OPERATOR, has_role
-from recovery_console.fleet import services
 from recovery_console.fleet.models import Cluster
 from remediation.core.policy import Policy
 
@@ -70,17 +71,32 @@ def _save(
         messages.info(request, "Nothing changed.")
         return True
     actor = actor_of(request.user)
+    asked = None
     try:
         with transaction.atomic():
             if cluster_changes:
-                services.update_cluster_settings(actor, cluster, **cluster_changes)
+                result = policy_approval.change_cluster_settings(
+                    request.user, cluster, cluster_changes
+                )
+                asked = result if isinstance(result, PolicyChangeRequest) else None
             if detection_changes:
                 update_detection_settings(actor, cluster, **detection_changes)
     except ValidationError as exc:
         form.add_service_errors(exc)
         return False
-    changed = ", ".join(sorted([*cluster_changes, *detection_changes])).replace("_", " ")
-    messages.success(request, f"Saved: {changed}.")
+    except ApprovalRefused as exc:
+        messages.error(request, f"Not saved: {exc.reason}")
+        return False
+    saved = [*detection_changes, *([] if asked else cluster_changes)]
+    if saved:
+        changed = ", ".join(sorted(saved)).replace("_", " ")
+        messages.success(request, f"Saved: {changed}.")
+    if asked is not None:
+        messages.warning(
+            request,
+            f"Waiting for approval (#{asked.pk}): {'; '.join(asked.why)}. A second person with"
+            " the approver role must approve it on the mode page.",
+        )
     return True
 
 

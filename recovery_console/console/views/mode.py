@@ -8,9 +8,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
-from recovery_console.console import approval, reviews
+from recovery_console.console import approval, policy_approval, reviews
 from recovery_console.console.forms import ReasonForm, RequestModeForm
-from recovery_console.console.models import ModeChangeRequest
+from recovery_console.console.models import ModeChangeRequest, PolicyChangeRequest
 from recovery_console.fleet.models import Cluster
 
 from .common import (
@@ -46,6 +46,7 @@ def mode_status(request: HttpRequest, name: str) -> HttpResponse:
 
 def _mode_context(request: HttpRequest, cluster: Cluster) -> dict[str, object]:
     pending = approval.pending_request(cluster)
+    policy_pending = policy_approval.pending_policy_request(cluster)
     measured = reviews.agreement(cluster)
     history = ModeChangeRequest.objects.filter(cluster=cluster).select_related(
         "requested_by", "decided_by"
@@ -61,6 +62,10 @@ def _mode_context(request: HttpRequest, cluster: Cluster) -> dict[str, object]:
         # The requester may withdraw without the approver role, and is told someone else approves.
         "own_request": pending is not None and pending.requested_by_id == request.user.pk,
         "history": [(r, percent(r.agreement_rate)) for r in history],
+        # A settings change waiting for a second person (the gate, or the policy in action mode).
+        "policy_pending": policy_pending,
+        "own_policy_request": policy_pending is not None
+        and policy_pending.requested_by_id == request.user.pk,
         "request_form": RequestModeForm(),
         "reason_form": ReasonForm(),
     }
@@ -135,4 +140,44 @@ def back_to_monitor(request: HttpRequest, name: str) -> HttpResponse:
         return redirect("mode", name=cluster.name)
     approval.back_to_monitor(request.user, cluster, form.cleaned_data["reason"])
     messages.success(request, f"{cluster.name} is back in monitor mode.")
+    return redirect("mode", name=cluster.name)
+
+
+def _policy_request_of(cluster: Cluster, pk: int) -> PolicyChangeRequest:
+    return get_object_or_404(
+        PolicyChangeRequest.objects.select_related("cluster", "requested_by"),
+        pk=pk,
+        cluster=cluster,
+    )
+
+
+@require_POST
+@approver_required
+def approve_policy(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    cluster = cluster_or_404(name)
+    try:
+        policy_approval.approve_policy_request(request.user, _policy_request_of(cluster, pk))
+    except reviews.ApprovalRefused as exc:
+        messages.error(request, f"Not approved: {exc.reason}")
+    else:
+        messages.success(request, f"Approved: the settings change #{pk} is applied.")
+    return redirect("mode", name=cluster.name)
+
+
+@require_POST
+@viewer_required  # an approver rejects; the person who asked may withdraw (checked by the service)
+def reject_policy(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    cluster = cluster_or_404(name)
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Not rejected: say why.")
+        return redirect("mode", name=cluster.name)
+    try:
+        policy_approval.reject_policy_request(
+            request.user, _policy_request_of(cluster, pk), form.cleaned_data["reason"]
+        )
+    except reviews.ApprovalRefused as exc:
+        messages.error(request, f"Not rejected: {exc.reason}")
+    else:
+        messages.success(request, f"Settings change #{pk} rejected.")
     return redirect("mode", name=cluster.name)

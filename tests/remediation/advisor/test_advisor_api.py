@@ -101,7 +101,7 @@ def test_active_advice_carries_generation_desired_state_and_exclusions(
 ) -> None:
     response = controller.get("/api/v1/advisor/research/advice?active=true")
     assert response.status_code == 200
-    (advice,) = response.json()
+    (advice,) = response.json()["results"]
     assert advice | {"decided_at": None} == advice | {
         "id": dispatched.pk,
         "generation": 1,
@@ -121,7 +121,7 @@ def test_active_advice_carries_generation_desired_state_and_exclusions(
 def test_monitor_mode_advice_is_published_with_enforce_false(cluster, controller) -> None:
     anomaly_on(running_attempt(cluster))
     services.advise_cluster(cluster, T0)
-    (advice,) = controller.get("/api/v1/advisor/research/advice").json()
+    (advice,) = controller.get("/api/v1/advisor/research/advice").json()["results"]
     assert (advice["enforce"], advice["state"]) == (False, "proposed")
     response = controller.put(
         f"/api/v1/advisor/research/advice/{advice['id']}/reconciliation",
