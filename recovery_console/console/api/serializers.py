@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from detection.models import Anomaly
 from recovery_console.console.models import ModeChangeRequest, NotificationChannel, Review
+from recovery_console.fleet.core.outbound import redacted
 from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
 from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
 from remediation.models import Advice, NodeHealth
@@ -41,6 +42,13 @@ class ClusterSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         )
         # Settings change through ``partial_update`` and the mode through the workflow, never here.
         read_only_fields = fields
+
+    def to_representation(self, instance: Cluster) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        # Secrets are references; one stored inline before that rule is never shown.
+        data["telemetry"] = redacted(data["telemetry"])
+        data["scheduler"] = redacted(data["scheduler"])
+        return data
 
 
 class ClusterSettingsSerializer(serializers.Serializer):  # type: ignore[type-arg]

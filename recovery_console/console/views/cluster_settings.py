@@ -20,6 +20,7 @@ from recovery_console.console.forms import ClusterSettingsForm
 from recovery_console.console.reviews import actor_of
 from recovery_console.console.roles import OPERATOR, has_role
 from recovery_console.fleet import services
+from recovery_console.fleet.core.outbound import redacted
 from recovery_console.fleet.models import Cluster
 from remediation.core.policy import Policy
 
@@ -51,7 +52,7 @@ def cluster_settings(request: HttpRequest, name: str) -> HttpResponse:
         "form": form,
         "editable": editable,
         "defaults": _defaults(),
-        "telemetry": json.dumps(cluster.telemetry, sort_keys=True),
+        "telemetry": json.dumps(redacted(cluster.telemetry), sort_keys=True),
         "section": "overview",
     }
     return page(request, "console/settings.html", context, status=400 if form.errors else 200)
