@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from detection.sources.base import SourceUnavailable
-from recovery_console.fleet.core.outbound import host_allowed
+from recovery_console.fleet.core.outbound import NO_REDIRECTS, host_allowed
 
 # In chunks, so the size cap and the deadline are checked while the body arrives.
 READ_CHUNK = 256 * 1024
@@ -61,17 +61,6 @@ class ServerConfig(Protocol):
     def max_response_bytes(self) -> int: ...
     @property
     def allowed_hosts(self) -> tuple[str, ...]: ...
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect is an error, not followed: urllib would send our Authorization header on to
-    wherever it points, past the outbound allowlist."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class HttpClient:
@@ -124,7 +113,7 @@ class HttpClient:
         # The scheme was checked in __init__: http or https only, never file: or custom ones.
         request = urllib.request.Request(url, headers={**self.headers, **(headers or {})})  # noqa: S310
         try:
-            with _OPENER.open(request, timeout=self.timeout) as response:
+            with NO_REDIRECTS.open(request, timeout=self.timeout) as response:
                 return self._read(response)
         except urllib.error.HTTPError as exc:
             # HTTPError first: it is also a URLError, and its body says why the server refused.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,9 +151,8 @@ def redacted_url(url: str) -> str:
     return parts._replace(netloc=f"{REDACTED}@{parts.netloc.rpartition('@')[2]}").geturl()
 
 
-def url_problem(url: object, allowed_hosts: Sequence[str], credentials: bool = False) -> str | None:
-    """What is wrong with a URL the console would connect to (None: nothing). ``credentials``:
-    whether a user and password may be part of it (a webhook's own secret)."""
+def url_problem(url: object, allowed_hosts: Sequence[str]) -> str | None:
+    """What is wrong with a URL the console would connect to (None: nothing)."""
     if not isinstance(url, str) or not url.strip():
         return "must be a URL"
     try:
@@ -164,11 +164,31 @@ def url_problem(url: object, allowed_hosts: Sequence[str], credentials: bool = F
         return f"the scheme must be http or https, not {parts.scheme or '(none)'!r}"
     if not parts.hostname:
         return "no host"
-    if "@" in parts.netloc and not credentials:
-        return 'credentials do not belong in the URL; name them as username and password {"env": …}'
+    if "@" in parts.netloc:
+        return "credentials do not belong in the URL (they would be shown and logged)"
     if not host_allowed(parts.hostname, allowed_hosts):
         return f"host {parts.hostname} is not in OUTBOUND_ALLOWED_HOSTS"
     return None
+
+
+def url_host(url: str) -> str:
+    """``host[:port]`` of a URL, without any user or password: what logs and messages name."""
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.hostname or ''}{port}"
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+# Redirects are errors, not followed: urllib would carry our headers (an Authorization) and
+# body on to wherever one points, past the outbound allowlist.
+NO_REDIRECTS = urllib.request.build_opener(_NoRedirects)
 
 
 def host_allowed(host: str, allowed_hosts: Sequence[str]) -> bool:
