@@ -73,7 +73,7 @@ def _string(value: Any) -> str | None:
 
 
 def _path(value: Any) -> str | None:
-    return None if isinstance(value, str) and value.strip() else "must be a string"
+    return None if isinstance(value, str) and value.strip() else "must be a non-empty string"
 
 
 def _name_regex(value: Any) -> str | None:
@@ -111,7 +111,7 @@ def _labels(value: Any) -> str | None:
     return "; ".join(problems) or None
 
 
-# Secrets and URLs are checked apart (they need the site's settings): here only their presence.
+# Secrets and URLs are checked apart, with the site's secret store and outbound hosts.
 def _any(value: Any) -> str | None:
     return None
 

@@ -26,11 +26,17 @@ class Listener:
 
     def __init__(self) -> None:
         self.authorizations: list[str | None] = []
+        self.redirect_to = ""
         listener = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 listener.authorizations.append(self.headers.get("Authorization"))
+                if listener.redirect_to:
+                    self.send_response(302)
+                    self.send_header("Location", listener.redirect_to + self.path)
+                    self.end_headers()
+                    return
                 body = json.dumps(EMPTY_ANSWER).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -45,14 +51,17 @@ class Listener:
         self.url = f"http://127.0.0.1:{self.server.server_port}"
 
 
-@pytest.fixture
-def listener() -> Iterator[Listener]:
+def serving() -> Iterator[Listener]:
     listener = Listener()
     thread = threading.Thread(target=listener.server.serve_forever, daemon=True)
     thread.start()
     yield listener
     listener.server.shutdown()
     listener.server.server_close()
+
+
+listener = pytest.fixture(serving)
+elsewhere = pytest.fixture(serving)
 
 
 @pytest.fixture
@@ -155,7 +164,7 @@ def test_inline_secrets_and_free_paths_are_refused(
     ("telemetry", "problem"),
     [
         ({"logs": {"type": "files"}}, "logs.path is required"),
-        ({"logs": {"type": "files", "path": 7}}, "logs.path must be a string"),
+        ({"logs": {"type": "files", "path": 7}}, "logs.path must be a non-empty string"),
         ({"logs": {"type": "loki"}}, "logs.url is required"),
         ({"logs": {"type": "loki", "url": "file:///etc/passwd"}}, "logs.url: the scheme must be"),
         ({"logs": {"type": "loki", "url": "http://"}}, "logs.url: no host"),
@@ -194,6 +203,18 @@ def test_outbound_hosts_are_limited_at_validation_and_when_the_source_connects(
     scan.scan_cluster(Cluster.objects.get(), T0)
     assert listener.authorizations == []
     assert "not in OUTBOUND_ALLOWED_HOSTS" in SourceCursor.objects.get(source="loki").last_error
+
+
+def test_a_redirect_is_not_followed_with_the_token(
+    api, cluster, listener, elsewhere, secrets_dir, monkeypatch
+) -> None:
+    monkeypatch.setenv("RC_SECRET_LOKI", "loki-token")
+    assert patch(api, loki(listener, token={"env": "RC_SECRET_LOKI"})).status_code == 200
+    listener.redirect_to = elsewhere.url
+    scan.scan_cluster(Cluster.objects.get(), T0)
+    assert listener.authorizations == ["Bearer loki-token"]
+    assert elsewhere.authorizations == []
+    assert "redirects are not followed" in SourceCursor.objects.get(source="loki").last_error
 
 
 def test_inline_secrets_stored_before_are_never_shown(api, people, cluster, secrets_dir) -> None:
