@@ -2,10 +2,7 @@
 a real loopback listener stands in for Loki and records what the worker sends it."""
 
 import json
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -14,52 +11,10 @@ from django.test import Client
 from detection import scan
 from detection.models import SourceCursor
 from recovery_console.fleet.models import AuditEntry, Cluster
+from tests.detection.sources.listener import Listener, serving
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-EMPTY_ANSWER = {"status": "success", "data": {"resultType": "streams", "result": []}}
-
-
-class Listener:
-    """An HTTP server on 127.0.0.1 that answers every GET as an empty Loki and keeps the
-    Authorization header of each request."""
-
-    def __init__(self) -> None:
-        self.authorizations: list[str | None] = []
-        self.redirect_to = ""
-        listener = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                listener.authorizations.append(self.headers.get("Authorization"))
-                if listener.redirect_to:
-                    self.send_response(302)
-                    self.send_header("Location", listener.redirect_to + self.path)
-                    self.end_headers()
-                    return
-                body = json.dumps(EMPTY_ANSWER).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-
-
-def serving() -> Iterator[Listener]:
-    listener = Listener()
-    thread = threading.Thread(target=listener.server.serve_forever, daemon=True)
-    thread.start()
-    yield listener
-    listener.server.shutdown()
-    listener.server.server_close()
-
-
 listener = pytest.fixture(serving)
 elsewhere = pytest.fixture(serving)
 
