@@ -222,7 +222,7 @@ def post_json(url: str, body: dict[str, Any]) -> None:
     host only: the rest of a webhook URL is often its secret."""
     # Checked again when sent: the site's list of hosts may have narrowed since.
     if problem := url_problem(url, allowed_hosts()):
-        raise DeliveryRefused(f"{_host(url)}: {problem}")
+        raise DeliveryRefused(f"{url_host(url)}: {problem}")
     request = urllib.request.Request(  # noqa: S310  # the scheme is checked above
         url,
         data=json.dumps(body).encode(),
@@ -235,15 +235,15 @@ def post_json(url: str, body: dict[str, Any]) -> None:
     except urllib.error.HTTPError as exc:
         if 300 <= exc.code < 400:
             reason = "redirects are not followed; set the URL to where it points"
-            raise DeliveryRefused(f"HTTP {exc.code} from {_host(url)}: {reason}") from exc
+            raise DeliveryRefused(f"HTTP {exc.code} from {url_host(url)}: {reason}") from exc
         if 400 <= exc.code < 500 and exc.code not in (408, 429):
-            raise DeliveryRefused(f"HTTP {exc.code} from {_host(url)}") from exc
-        raise DeliveryFailed(f"HTTP {exc.code} from {_host(url)}") from exc
+            raise DeliveryRefused(f"HTTP {exc.code} from {url_host(url)}") from exc
+        raise DeliveryFailed(f"HTTP {exc.code} from {url_host(url)}") from exc
     except urllib.error.URLError as exc:
         # The reason only: the error's own text may carry the URL.
-        raise DeliveryFailed(f"{_host(url)}: {exc.reason}") from None
+        raise DeliveryFailed(f"{url_host(url)}: {exc.reason}") from None
     except OSError as exc:
-        raise DeliveryFailed(f"{_host(url)}: {type(exc).__name__}: {exc.strerror}") from None
+        raise DeliveryFailed(f"{url_host(url)}: {exc.strerror or type(exc).__name__}") from None
 
 
 def _email(channel: NotificationChannel, message: Message) -> None:
@@ -255,7 +255,3 @@ def _email(channel: NotificationChannel, message: Message) -> None:
         send_mail(message.subject, body, None, channel.recipients)
     except (smtplib.SMTPException, OSError) as exc:
         raise DeliveryFailed(f"email to {channel.target}: {exc}") from exc
-
-
-def _host(url: str) -> str:
-    return url_host(url)
