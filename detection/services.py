@@ -19,6 +19,7 @@ from detection.sources.config import (
 from detection.sources.files import job_output_name, tail_file
 from recovery_console.fleet import audit
 from recovery_console.fleet.models import Cluster
+from recovery_console.fleet.outbound import allowed_hosts, secret_store
 
 from .models import DetectionSettings
 
@@ -55,7 +56,11 @@ def update_detection_settings(actor: str, cluster: Cluster, **changes: Any) -> D
 def cluster_sources(cluster: Cluster) -> ClusterSources:
     """The log and metrics sources the cluster's ``telemetry`` settings name."""
     return build_sources(
-        cluster.name, cluster.telemetry or {}, django_settings.SIMULATOR_OUTPUT_DIR
+        cluster.name,
+        cluster.telemetry or {},
+        django_settings.SIMULATOR_OUTPUT_DIR,
+        secret_store(),
+        allowed_hosts(),
     )
 
 
@@ -70,7 +75,7 @@ def telemetry_problems(cluster: Cluster) -> dict[str, list[str]]:
     the sources understand?"""
     if not isinstance(cluster.telemetry, dict):
         return {}  # the fleet itself says it must be an object
-    problems = check_telemetry(cluster.telemetry)
+    problems = check_telemetry(cluster.telemetry, secret_store(), allowed_hosts())
     return {"telemetry": problems} if problems else {}
 
 

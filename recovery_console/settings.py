@@ -6,6 +6,7 @@ and ``REDIS_URL`` (Celery broker and the Channels layer). A bad value stops star
 message that names the variable.
 """
 
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -195,6 +196,20 @@ SIMULATOR_OUTPUT_DIR = Path(env.str("SIMULATOR_OUTPUT_DIR", default=str(BASE_DIR
 DETECTION_POLL_SECONDS = env.float("DETECTION_POLL_SECONDS", default=5.0)
 if DETECTION_POLL_SECONDS <= 0:
     raise ImproperlyConfigured("DETECTION_POLL_SECONDS must be positive")
+
+# Settings documents name secrets by reference (README, "Secrets and outbound connections"):
+# {"env": NAME} reads a variable whose name starts with SECRET_ENV_PREFIX, {"file": NAME} a file
+# inside SECRETS_DIR (empty: no file references). OUTBOUND_ALLOWED_HOSTS limits the hosts
+# telemetry sources and webhooks connect to (exact names or *.domain; empty: any).
+SECRET_ENV_PREFIX = env.str("SECRET_ENV_PREFIX", default="RC_SECRET_")
+if not re.fullmatch(r"[A-Z][A-Z0-9_]*_", SECRET_ENV_PREFIX):
+    raise ImproperlyConfigured(
+        f"SECRET_ENV_PREFIX={SECRET_ENV_PREFIX!r} must be upper case and end in _ (RC_SECRET_)"
+    )
+SECRETS_DIR = env.str("SECRETS_DIR", default="")
+if SECRETS_DIR and not Path(SECRETS_DIR).is_absolute():
+    raise ImproperlyConfigured(f"SECRETS_DIR={SECRETS_DIR!r} must be an absolute path")
+OUTBOUND_ALLOWED_HOSTS = env.list("OUTBOUND_ALLOWED_HOSTS", default=[])
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

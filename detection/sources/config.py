@@ -3,11 +3,16 @@
 ``logs.type``: ``simulated`` (the files the simulated cluster writes), ``files`` (a directory of
 Slurm output files, optionally a directory of nodes' system logs), ``loki`` or ``victorialogs``.
 ``metrics.type``: ``simulated`` (the simulator's exposition file), ``prometheus`` or ``none``.
-Plain Python: the caller passes the document and where the simulated cluster writes.
+Remote sources take ``url``, and ``username``, ``password`` and ``token``: the secrets by
+reference only (``{"env": NAME}`` or ``{"file": NAME}``, see ``fleet.core.outbound``).
+Plain Python: the caller passes the document, where the simulated cluster writes, and the
+site's secret store and outbound hosts.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,14 +22,23 @@ from detection.sources import (
     HttpAuth,
     JobOutputFiles,
     LabelNames,
+    LogBatch,
     LogSource,
     LokiConfig,
     LokiSource,
     MetricScrape,
     PrometheusConfig,
     PrometheusSource,
+    SourceUnavailable,
     VictoriaLogsConfig,
     VictoriaLogsSource,
+)
+from recovery_console.fleet.core.outbound import (
+    SECRET_KEYS,
+    SecretStore,
+    SecretUnavailable,
+    secret_key_problems,
+    url_problem,
 )
 
 from .textfile import TextfileConfig, TextfileMetrics
@@ -32,6 +46,8 @@ from .textfile import TextfileConfig, TextfileMetrics
 # Node logs are named after their host (gpu-node-02.log): the "job" group carries the host.
 NODE_LOG_NAMES = r"^(?P<job>[A-Za-z0-9._-]+)\.log$"
 LOG_SOURCE_TYPES = ("simulated", "files", "loki", "victorialogs")
+# The cursor key of each type's (first) log source.
+LOG_SOURCE_NAMES = {"loki": "loki", "victorialogs": "victorialogs"}
 METRICS_SOURCE_TYPES = ("simulated", "prometheus", "none")
 
 
@@ -47,16 +63,141 @@ class ClusterSources:
     metrics: MetricsSource | None = None
 
 
-def check_telemetry(telemetry: dict[str, Any]) -> list[str]:
-    """What is wrong with a telemetry document, one entry per problem (empty: nothing)."""
-    # Types only: the rest of each section is read when the sources are built.
-    logs = telemetry.get("logs", {}).get("type", "simulated")
-    metrics = telemetry.get("metrics", {}).get("type", "simulated")
-    problems = []
-    if logs not in LOG_SOURCE_TYPES:
-        problems.append(f"logs.type {logs!r} is not one of {', '.join(LOG_SOURCE_TYPES)}")
-    if metrics not in METRICS_SOURCE_TYPES:
-        problems.append(f"metrics.type {metrics!r} is not one of {', '.join(METRICS_SOURCE_TYPES)}")
+# What each source type reads from its section, besides ``type``: a checker per key, each
+# returning a problem or None. ``REQUIRED`` keys must be present.
+Check = Callable[[Any], "str | None"]
+
+
+def _string(value: Any) -> str | None:
+    return None if isinstance(value, str) else "must be a string"
+
+
+def _path(value: Any) -> str | None:
+    return None if isinstance(value, str) and value.strip() else "must be a non-empty string"
+
+
+def _name_regex(value: Any) -> str | None:
+    """A file-name regex with a ``job`` group, as ``job_id_from_filename`` needs (empty: the
+    default)."""
+    if not isinstance(value, str):
+        return "must be a string"
+    try:
+        pattern = re.compile(value)
+    except re.error as exc:
+        return f"is not a valid regular expression ({exc})"
+    return None if not value or "job" in pattern.groupindex else "needs a (?P<job>...) group"
+
+
+def _names(value: Any) -> str | None:
+    ok = isinstance(value, str) or (
+        isinstance(value, list) and value and all(isinstance(v, str) for v in value)
+    )
+    return None if ok else "must be a string or a list of strings"
+
+
+def _labels(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return "must be a JSON object of job_id, host, filename, filename_regex"
+    unknown = set(value) - {"job_id", "host", "filename", "filename_regex"}
+    if unknown:
+        return f"has unknown keys {', '.join(sorted(unknown))}"
+    problems = [
+        f"{key} {problem}"
+        for key in ("job_id", "host", "filename")
+        if key in value and (problem := _names(value[key]))
+    ]
+    if "filename_regex" in value and (problem := _name_regex(value["filename_regex"])):
+        problems.append(f"filename_regex {problem}")
+    return "; ".join(problems) or None
+
+
+# Secrets and URLs are checked apart, with the site's secret store and outbound hosts.
+def _any(value: Any) -> str | None:
+    return None
+
+
+AUTH: dict[str, Check] = {"username": _string, "password": _any, "token": _any}
+REMOTE: dict[str, Check] = {"url": _any, "query": _string, "labels": _labels, **AUTH}
+FIELDS: dict[tuple[str, str], dict[str, Check]] = {
+    ("logs", "simulated"): {},
+    ("logs", "files"): {
+        "path": _path,
+        "pattern": _path,
+        "name_regex": _name_regex,
+        "node_logs_path": _string,
+    },
+    ("logs", "loki"): {**REMOTE, "tenant": _string},
+    ("logs", "victorialogs"): REMOTE,
+    ("metrics", "simulated"): {},
+    ("metrics", "none"): {},
+    ("metrics", "prometheus"): {
+        "url": _any,
+        "selector": _string,
+        "job_label": _path,
+        **AUTH,
+    },
+}
+REQUIRED = {("logs", "files"): ("path",), ("logs", "loki"): ("url",)}
+REQUIRED |= {("logs", "victorialogs"): ("url",), ("metrics", "prometheus"): ("url",)}
+SECTION_TYPES = {"logs": LOG_SOURCE_TYPES, "metrics": METRICS_SOURCE_TYPES}
+
+
+def check_telemetry(
+    telemetry: dict[str, Any],
+    secrets: SecretStore | None = None,
+    allowed_hosts: Sequence[str] = (),
+) -> list[str]:
+    """What is wrong with a telemetry document, one entry per problem, each naming its key
+    (empty: nothing). Every section is read as the sources will read it, so a document accepted
+    here builds; secrets must be references ``secrets`` can read, URLs on ``allowed_hosts``."""
+    secrets = secrets or SecretStore()
+    problems = [
+        f"{name} is not a telemetry section (logs, metrics)"
+        for name in telemetry
+        if name not in SECTION_TYPES
+    ]
+    for section, types in SECTION_TYPES.items():
+        spec = telemetry.get(section)
+        if spec is None:
+            continue
+        if not isinstance(spec, dict):
+            problems.append(f"{section} must be a JSON object")
+            continue
+        kind = spec.get("type", "simulated")
+        if kind not in types:
+            problems.append(f"{section}.type {kind!r} is not one of {', '.join(types)}")
+            continue
+        problems.extend(_section_problems(section, kind, spec, secrets, allowed_hosts))
+    return problems
+
+
+def _section_problems(
+    section: str,
+    kind: str,
+    spec: dict[str, Any],
+    secrets: SecretStore,
+    allowed_hosts: Sequence[str],
+) -> list[str]:
+    fields = FIELDS[(section, kind)]
+    problems = [
+        f"{section}.{key} is required for a {kind} source"
+        for key in REQUIRED.get((section, kind), ())
+        if key not in spec
+    ]
+    # Secrets and free paths first, under whatever key they hide.
+    problems.extend(secret_key_problems(spec, section, secrets))
+    for key, value in spec.items():
+        # Reported above: a free path, or a secret (a known key) that is not a good reference.
+        if key == "type" or key.endswith("_file") or (key in SECRET_KEYS and key in fields):
+            continue
+        if key not in fields:
+            known = ", ".join(sorted(fields)) or "nothing but type"
+            problems.append(f"{section}.{key} is not a setting of a {kind} source ({known})")
+        elif key == "url":
+            if problem := url_problem(value, allowed_hosts):
+                problems.append(f"{section}.url: {problem}")
+        elif problem := fields[key](value):
+            problems.append(f"{section}.{key} {problem}")
     return problems
 
 
@@ -66,18 +207,64 @@ def simulator_directory(simulator_root: Path | str, cluster_name: str) -> Path:
 
 
 def build_sources(
-    cluster_name: str, telemetry: dict[str, Any], simulator_root: Path | str
+    cluster_name: str,
+    telemetry: dict[str, Any],
+    simulator_root: Path | str,
+    secrets: SecretStore | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> ClusterSources:
-    """The sources a telemetry document names, keyed by a stable name (their cursors' key)."""
+    """The sources a telemetry document names, keyed by a stable name (their cursors' key).
+
+    A section that does not pass ``check_telemetry`` now (a row saved before a rule, a host the
+    site has since left off its list) or whose secret cannot be read becomes a source that
+    reports why on every read: nothing is read or sent on its behalf."""
     directory = simulator_directory(simulator_root, cluster_name)
+    site = _Site(secrets or SecretStore(), tuple(allowed_hosts))
+    # No section means the simulated cluster, so a new cluster works before it is configured.
+    logs = telemetry.get("logs") or {"type": "simulated"}
+    metrics = telemetry.get("metrics") or {"type": "simulated"}
     return ClusterSources(
-        # No section means the simulated cluster, so a new cluster works before it is configured.
-        logs=_log_sources(directory, telemetry.get("logs") or {"type": "simulated"}),
-        metrics=_metrics_source(directory, telemetry.get("metrics") or {"type": "simulated"}),
+        logs=site.guarded("logs", logs, lambda: _log_sources(directory, logs, site)),
+        metrics=site.guarded("metrics", metrics, lambda: _metrics_source(directory, metrics, site)),
     )
 
 
-def _log_sources(directory: Path, spec: dict[str, Any]) -> dict[str, LogSource]:
+@dataclass(frozen=True)
+class _Site:
+    secrets: SecretStore
+    allowed_hosts: tuple[str, ...]
+
+    def guarded(self, section: str, spec: Any, build: Callable[[], Any]) -> Any:
+        kind = spec.get("type", "simulated") if isinstance(spec, dict) else "?"
+        name = LOG_SOURCE_NAMES.get(kind, "job-files") if section == "logs" else "metrics"
+        problems = check_telemetry({section: spec}, self.secrets, self.allowed_hosts)
+        try:
+            if not problems:
+                return build()
+        except SecretUnavailable as exc:
+            problems = [f"{section}: {exc}"]
+        source = Unavailable(name, "; ".join(problems))
+        return {name: source} if section == "logs" else source
+
+    def secret(self, spec: dict[str, Any], name: str) -> str | None:
+        # Only references reach here: check_telemetry refused anything else.
+        return self.secrets.read(spec[name]) if spec.get(name) else None
+
+
+class Unavailable:
+    """A source that cannot be built as configured: every read says why."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name, self.reason = name, reason
+
+    def fetch(self, cursor: dict[str, Any] | None, now: Any) -> LogBatch:
+        raise SourceUnavailable(self.name, self.reason)
+
+    def scrape(self, now: Any = None) -> MetricScrape:
+        raise SourceUnavailable(self.name, self.reason)
+
+
+def _log_sources(directory: Path, spec: dict[str, Any], site: _Site) -> dict[str, LogSource]:
     kind = spec.get("type", "simulated")
     if kind == "simulated":
         return {
@@ -100,11 +287,11 @@ def _log_sources(directory: Path, spec: dict[str, Any]) -> dict[str, LogSource]:
             sources["node-logs"] = _node_logs(spec["node_logs_path"])
         return sources
     if kind == "loki":
-        return {"loki": LokiSource(LokiConfig(base_url=spec["url"], **_remote(spec)))}
+        return {"loki": LokiSource(LokiConfig(base_url=spec["url"], **_remote(spec, site)))}
     if kind == "victorialogs":
         return {
             "victorialogs": VictoriaLogsSource(
-                VictoriaLogsConfig(base_url=spec["url"], **_remote(spec))
+                VictoriaLogsConfig(base_url=spec["url"], **_remote(spec, site))
             )
         }
     raise ValueError(f"unknown log source type {kind!r}")
@@ -118,20 +305,27 @@ def _node_logs(directory: str) -> JobOutputFiles:
     )
 
 
-def _remote(spec: dict[str, Any]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
+def _remote(spec: dict[str, Any], site: _Site) -> dict[str, Any]:
+    options: dict[str, Any] = _auth(spec, site)
     if spec.get("query"):
         options["query"] = spec["query"]
     if spec.get("labels"):
         options["labels"] = _label_names(spec["labels"])
-    token = _secret(spec, "token")
-    if token or spec.get("username"):
-        options["auth"] = HttpAuth(
-            username=spec.get("username"), password=_secret(spec, "password"), bearer_token=token
-        )
     # Loki's X-Scope-OrgID; VictoriaLogs names its tenant by account and project ids instead.
     if spec.get("tenant") and spec["type"] == "loki":
         options["tenant"] = spec["tenant"]
+    return options
+
+
+def _auth(spec: dict[str, Any], site: _Site) -> dict[str, Any]:
+    options: dict[str, Any] = {"allowed_hosts": site.allowed_hosts}
+    token = site.secret(spec, "token")
+    if token or spec.get("username"):
+        options["auth"] = HttpAuth(
+            username=spec.get("username"),
+            password=site.secret(spec, "password"),
+            bearer_token=token,
+        )
     return options
 
 
@@ -151,17 +345,7 @@ def _label_names(spec: dict[str, Any]) -> LabelNames:
     )
 
 
-def _secret(spec: dict[str, Any], name: str) -> str | None:
-    """A credential inline, or (better) from a file named by ``<name>_file``."""
-    # A file keeps the secret out of the settings, which the audit trail records on each change.
-    if spec.get(f"{name}_file"):
-        # Stripped: the file's trailing newline is not part of the secret.
-        return Path(spec[f"{name}_file"]).read_text().strip()
-    value = spec.get(name)
-    return str(value) if value else None
-
-
-def _metrics_source(directory: Path, spec: dict[str, Any]) -> MetricsSource | None:
+def _metrics_source(directory: Path, spec: dict[str, Any], site: _Site) -> MetricsSource | None:
     kind = spec.get("type", "simulated")
     if kind == "simulated":
         return TextfileMetrics(TextfileConfig(path=str(directory / "metrics.prom")))
@@ -171,6 +355,7 @@ def _metrics_source(directory: Path, spec: dict[str, Any]) -> MetricsSource | No
                 base_url=spec["url"],
                 selector=spec.get("selector", ""),
                 job_label=spec.get("job_label", "hpc_job"),
+                **_auth(spec, site),
             )
         )
     # "none": no metrics; detection works from the logs and the scheduler alone.

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from detection.sources.base import SourceUnavailable
+from recovery_console.fleet.core.outbound import NO_REDIRECTS, host_allowed
 
 # In chunks, so the size cap and the deadline are checked while the body arrives.
 READ_CHUNK = 256 * 1024
@@ -58,6 +59,8 @@ class ServerConfig(Protocol):
     def auth(self) -> HttpAuth | None: ...
     @property
     def max_response_bytes(self) -> int: ...
+    @property
+    def allowed_hosts(self) -> tuple[str, ...]: ...
 
 
 class HttpClient:
@@ -71,6 +74,7 @@ class HttpClient:
             timeout=config.timeout,
             auth=config.auth,
             max_response_bytes=config.max_response_bytes,
+            allowed_hosts=config.allowed_hosts,
         )
 
     def __init__(
@@ -81,6 +85,7 @@ class HttpClient:
         timeout: float = 10.0,
         auth: HttpAuth | None = None,
         max_response_bytes: int = 32 * 1024 * 1024,
+        allowed_hosts: tuple[str, ...] = (),
     ) -> None:
         parsed = urllib.parse.urlsplit(base_url)
         # Checked once: a bad URL fails when the source is built, not at every poll.
@@ -91,6 +96,8 @@ class HttpClient:
         self.timeout = timeout
         self.headers = (auth or HttpAuth()).as_headers()
         self.max_response_bytes = max_response_bytes
+        self.host = parsed.hostname or ""
+        self.allowed_hosts = allowed_hosts  # empty: any host
 
     def get(
         self,
@@ -98,11 +105,15 @@ class HttpClient:
         params: Sequence[tuple[str, str]],
         headers: Mapping[str, str] | None = None,
     ) -> bytes:
+        # Checked at each request, not only when the settings were saved: the site's list may
+        # have narrowed since.
+        if not host_allowed(self.host, self.allowed_hosts):
+            raise self.unavailable(f"host {self.host} is not in OUTBOUND_ALLOWED_HOSTS")
         url = f"{self.base_url}{path}?{urllib.parse.urlencode(params)}"
         # The scheme was checked in __init__: http or https only, never file: or custom ones.
         request = urllib.request.Request(url, headers={**self.headers, **(headers or {})})  # noqa: S310
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+            with NO_REDIRECTS.open(request, timeout=self.timeout) as response:
                 return self._read(response)
         except urllib.error.HTTPError as exc:
             # HTTPError first: it is also a URLError, and its body says why the server refused.
@@ -159,6 +170,8 @@ def _http_error_text(exc: urllib.error.HTTPError) -> str:
         body = b""
     detail = _error_detail(body)
     reason = exc.reason or http.client.responses.get(exc.code, "")
+    if 300 <= exc.code < 400:
+        detail = "redirects are not followed; set the URL to where it points"
     return f"HTTP {exc.code} {reason}" + (f": {detail}" if detail else "")
 
 

@@ -46,6 +46,7 @@ class PrometheusConfig:
     timeout: float = 10.0
     auth: HttpAuth | None = None
     max_response_bytes: int = 32 * 1024 * 1024
+    allowed_hosts: tuple[str, ...] = ()  # the site's OUTBOUND_ALLOWED_HOSTS; empty: any
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ class RemoteLogConfig:
     timeout: float = 10.0
     auth: HttpAuth | None = None
     max_response_bytes: int = 64 * 1024 * 1024
+    allowed_hosts: tuple[str, ...] = ()  # the site's OUTBOUND_ALLOWED_HOSTS; empty: any
 
 
 class RemoteLogSource:

@@ -5,14 +5,17 @@ each cluster's notifications go. Written only by ``reviews``, ``approval`` and
 from __future__ import annotations
 
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import EmailValidator, URLValidator
 from django.db import models
 
+from recovery_console.fleet.core.outbound import url_host, url_problem
 from recovery_console.fleet.core.taxonomy import ACTION_LABELS, Action, choices
 from recovery_console.fleet.models import Cluster
+from recovery_console.fleet.outbound import allowed_hosts
 
 
 class Review(models.Model):
@@ -168,7 +171,8 @@ class NotificationChannel(models.Model):
         ordering: ClassVar = ["cluster", "id"]
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.target} for {self.cluster_id}"
+        # Logged: never the webhook's secret path.
+        return f"{self.kind} {self.safe_target} for {self.cluster_id}"
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         # Checked on every save: no path (API, admin, shell) stores a target delivery chokes on.
@@ -177,21 +181,31 @@ class NotificationChannel(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
-        if not isinstance(self.events, list) or not set(self.events) <= set(
-            NotificationEvent.values
-        ):
+        events = self.events
+        if not isinstance(events, list) or not all(e in NotificationEvent.values for e in events):
             errors["events"] = [f"must be a list of {', '.join(NotificationEvent.values)}"]
         if self.kind == NotificationKind.WEBHOOK:
             try:
                 URLValidator(schemes=["http", "https"])(self.target)
             except ValidationError:
                 errors["target"] = ["a webhook needs an http:// or https:// URL"]
+            else:
+                if problem := url_problem(self.target, allowed_hosts()):
+                    errors["target"] = [problem]
         elif self.kind == NotificationKind.EMAIL:
             bad = [a for a in self.recipients if not _is_email(a)]
             if bad or not self.recipients:
                 errors["target"] = [f"not an email address: {', '.join(bad) or '(none)'}"]
         if errors:
             raise ValidationError(errors)
+
+    @property
+    def safe_target(self) -> str:
+        """The target as logs, the trail and viewers see it: a webhook's path and any
+        credentials are often its secret (Slack), so only its host."""
+        if self.kind == NotificationKind.WEBHOOK:
+            return f"{urlsplit(self.target).scheme}://{url_host(self.target)}/…"
+        return self.target
 
     @property
     def recipients(self) -> list[str]:

@@ -12,7 +12,9 @@ from typing import Any, ClassVar
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from .core.outbound import secret_key_problems
 from .core.scheduler import TERMINAL_JOB_STATES, JobState, NodeState
+from .outbound import secret_store
 
 SCHEDULER_BACKENDS = ("simulated", "slurm")
 
@@ -72,8 +74,13 @@ class Cluster(models.Model):
             errors["telemetry"] = ["must be a JSON object"]
         if not isinstance(self.scheduler, dict):
             errors["scheduler"] = ["must be a JSON object"]
-        elif self.scheduler.get("backend", "simulated") not in SCHEDULER_BACKENDS:
-            errors["scheduler"] = [f"backend must be one of {', '.join(SCHEDULER_BACKENDS)}"]
+        else:
+            # SSH keys and known_hosts are the controller's, given on its command line.
+            scheduler = secret_key_problems(self.scheduler, "scheduler", secret_store())
+            if self.scheduler.get("backend", "simulated") not in SCHEDULER_BACKENDS:
+                scheduler.append(f"backend must be one of {', '.join(SCHEDULER_BACKENDS)}")
+            if scheduler:
+                errors["scheduler"] = scheduler
         for check in CLUSTER_CHECKS:
             for name, problems in check(self).items():
                 errors.setdefault(name, []).extend(problems)

@@ -361,3 +361,94 @@ def test_a_real_worker_retries_a_failed_webhook_with_backoff(receiver, settings)
         app.amqp.queues.select([app.conf.task_default_queue])
     assert [b["event"] for b in bodies] == ["mode_change", "mode_change"]
     assert bodies[0]["id"] == bodies[1]["id"]
+
+
+# --- bad input and secrets ----------------------------------------------------------------
+
+
+@pytest.fixture
+def admin_api(admin) -> APIClient:
+    # A 500 comes back as a response, as a client would see it, rather than as an exception.
+    client = APIClient(raise_request_exception=False)
+    client.force_login(admin)
+    return client
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"target": "not a url"}, "target"),
+        ({"target": "ftp://x"}, "target"),
+        ({"target": "http://"}, "target"),
+        ({"target": "http://[::1"}, "target"),
+        ({"target": 7}, "target"),
+        ({"target": "https://user:pa55word@hooks.example.org/x"}, "target"),
+        ({"events": "stop"}, "events"),
+        ({"events": [1]}, "events"),
+        ({"events": [{}]}, "events"),
+        ({"events": [["stop"]]}, "events"),
+        ({"events": ["fire"]}, "events"),
+        ({"events": {"stop": True}}, "events"),
+        ({"kind": "pager"}, "kind"),
+    ],
+)
+def test_a_bad_channel_is_a_400_naming_the_field_never_a_500(
+    admin_api, cluster, receiver, changes, field
+) -> None:
+    good = {"cluster": "research", "kind": "webhook", "target": receiver.url, "events": ["stop"]}
+    created = admin_api.post("/api/v1/notification-channels/", good | changes, format="json")
+    assert created.status_code == 400
+    assert list(created.json()) == [field]
+    assert not NotificationChannel.objects.exists()
+    channel = admin_api.post("/api/v1/notification-channels/", good, format="json").json()
+    changed = admin_api.patch(
+        f"/api/v1/notification-channels/{channel['id']}/", changes, format="json"
+    )
+    assert changed.status_code == 400
+    assert list(changed.json()) == [field]
+    stored = NotificationChannel.objects.get()
+    assert (stored.target, stored.events) == (receiver.url, ["stop"])
+
+
+def test_webhook_hosts_are_limited_when_set_and_when_sent(
+    admin, admin_api, cluster, receiver, settings, django_capture_on_commit_callbacks
+) -> None:
+    settings.OUTBOUND_ALLOWED_HOSTS = ["hooks.example.org"]
+    body = {"cluster": "research", "kind": "webhook", "target": receiver.url}
+    refused = admin_api.post("/api/v1/notification-channels/", body, format="json")
+    assert refused.status_code == 400
+    assert refused.json() == {"target": ["host 127.0.0.1 is not in OUTBOUND_ALLOWED_HOSTS"]}
+    settings.OUTBOUND_ALLOWED_HOSTS = []
+    webhook(admin, cluster, receiver)
+    # The site narrows the list later: the stored webhook is refused when it would be sent.
+    settings.OUTBOUND_ALLOWED_HOSTS = ["hooks.example.org"]
+    stop_advice(cluster, django_capture_on_commit_callbacks)
+    assert receiver.bodies == []
+
+
+def test_a_webhooks_secrets_never_reach_the_logs_or_other_people(
+    admin, cluster, receiver, django_capture_on_commit_callbacks, caplog
+) -> None:
+    port = receiver.server.server_port
+    receiver.statuses = [404]
+    webhook(admin, cluster, receiver)
+    # A webhook nobody answers: its failures are logged.
+    channels.add_channel(admin, cluster=cluster, kind="webhook", target="http://127.0.0.1:9/tok3n")
+    # Credentials in a URL, stored before they were refused: refused when it would be sent.
+    legacy = channels.add_channel(admin, cluster=cluster, kind="webhook", target=receiver.url)
+    target = f"http://hook:pa55word@127.0.0.1:{port}/hooks/T000/B000/secret"
+    NotificationChannel.objects.filter(pk=legacy.pk).update(target=target)
+    with caplog.at_level("DEBUG"):
+        stop_advice(cluster, django_capture_on_commit_callbacks)
+    assert len(receiver.bodies) == 1
+    assert "refused" in caplog.text and "failed" in caplog.text
+    for secret in ("/hooks/T000", "secret", "pa55word", "tok3n"):
+        assert secret not in caplog.text
+    viewer = APIClient()
+    viewer.force_login(UserFactory(username="carol", roles=["viewer"]))
+    shown = viewer.get("/api/v1/notification-channels/").json()["results"]
+    assert [c["target"] for c in shown] == [
+        f"http://127.0.0.1:{port}/…",
+        "http://127.0.0.1:9/…",
+        f"http://127.0.0.1:{port}/…",
+    ]

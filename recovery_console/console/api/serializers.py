@@ -13,9 +13,11 @@ from detection.models import Anomaly, TelemetryGap
 from recovery_console.console.models import (
     ModeChangeRequest,
     NotificationChannel,
+    NotificationEvent,
     PolicyChangeRequest,
     Review,
 )
+from recovery_console.fleet.core.outbound import redacted
 from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
 from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
 from remediation.models import Advice, NodeHealth
@@ -46,6 +48,13 @@ class ClusterSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         )
         # Settings change through ``partial_update`` and the mode through the workflow, never here.
         read_only_fields = fields
+
+    def to_representation(self, instance: Cluster) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        # Secrets are references; one stored inline before that rule is never shown.
+        data["telemetry"] = redacted(data["telemetry"])
+        data["scheduler"] = redacted(data["scheduler"])
+        return data
 
 
 class ClusterSettingsSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -423,9 +432,21 @@ class TokenStatusSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class NotificationChannelSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    """A channel; a webhook's URL is write-only past its host (its path is often its secret).
+    The model checks the target (and the outbound allowlist) on save."""
+
     # Writable, unlike everywhere else: admins create channels by cluster name.
     cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    target = serializers.CharField(max_length=1000)
+    events = serializers.ListField(
+        child=serializers.ChoiceField(choices=NotificationEvent.choices), required=False
+    )
 
     class Meta:
         model = NotificationChannel
         fields = ("id", "cluster", "kind", "target", "events", "enabled", "created_at")
+
+    def to_representation(self, instance: NotificationChannel) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        data["target"] = instance.safe_target
+        return data

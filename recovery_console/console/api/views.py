@@ -8,6 +8,7 @@ the reason, a missing role 403, invalid input 400.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as ModelValidationError
@@ -19,6 +20,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_
 from rest_framework import mixins, status, viewsets
 from rest_framework.authtoken.models import Token
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
@@ -430,15 +432,29 @@ class NotificationChannelViewSet(
 
     def perform_create(self, serializer: Any) -> None:
         # The service saves and audits; setting ``instance`` lets the response show what it stored.
-        serializer.instance = channels.add_channel(self.request.user, **serializer.validated_data)
+        with _as_400():
+            serializer.instance = channels.add_channel(
+                self.request.user, **serializer.validated_data
+            )
 
     def perform_update(self, serializer: Any) -> None:
-        serializer.instance = channels.change_channel(
-            self.request.user, serializer.instance, **serializer.validated_data
-        )
+        with _as_400():
+            serializer.instance = channels.change_channel(
+                self.request.user, serializer.instance, **serializer.validated_data
+            )
 
     def perform_destroy(self, instance: NotificationChannel) -> None:
         channels.remove_channel(self.request.user, instance)
+
+
+@contextmanager
+def _as_400() -> Iterator[None]:
+    """A model's refusal (Django's ValidationError) as DRF's: a 400 naming each field."""
+    try:
+        yield
+    except ModelValidationError as exc:
+        detail = exc.message_dict if hasattr(exc, "error_dict") else {"detail": exc.messages}
+        raise ValidationError(detail) from exc
 
 
 class TokenView(APIView):

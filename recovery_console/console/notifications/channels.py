@@ -15,7 +15,6 @@ from recovery_console.fleet.models import Cluster
 from ..models import NotificationChannel
 from ..reviews import RoleMissing, actor_of
 from ..roles import ADMIN, has_role
-from .delivery import safe_target
 
 
 def _require_admin(user: Any) -> None:
@@ -74,7 +73,7 @@ def _audit(user: Any, verb: str, channel: NotificationChannel) -> None:
         cluster=channel.cluster,
         payload={
             "kind": channel.kind,
-            "target": safe_target(channel),
+            "target": channel.safe_target,
             "events": channel.events,
             "enabled": channel.enabled,
         },

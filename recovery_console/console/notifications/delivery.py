@@ -19,7 +19,6 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import send_mail
@@ -30,7 +29,9 @@ from recovery_console.console.models import (
     NotificationEvent,
     NotificationKind,
 )
+from recovery_console.fleet.core.outbound import NO_REDIRECTS, url_host, url_problem
 from recovery_console.fleet.models import AuditEntry
+from recovery_console.fleet.outbound import allowed_hosts
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,7 @@ def deliver(channel_id: int, entry_id: int, event: str) -> str:
     except DeliveryRefused as exc:
         log.warning("notification to %s refused, not retried: %s", channel, exc)
         return f"refused: {exc}"
-    return f"{event} sent to {channel.kind} {safe_target(channel)}"
+    return f"{event} sent to {channel.kind} {channel.safe_target}"
 
 
 def deliver_with_retries(channel_id: int, entry_id: int, event: str) -> str:
@@ -226,9 +227,11 @@ def backoff_seconds(attempt: int) -> float:
 
 def post_json(url: str, body: dict[str, Any]) -> None:
     """POST ``body`` as JSON. A 2xx is delivered, 4xx (but 408 and 429) is refused for good,
-    anything else (5xx, timeouts, connection errors) fails for a retry."""
-    if urlsplit(url).scheme not in ("http", "https"):
-        raise DeliveryRefused(f"not an http(s) URL: {url!r}")
+    anything else (5xx, timeouts, connection errors) fails for a retry. Messages name the
+    host only: the rest of a webhook URL is often its secret."""
+    # Checked again when sent: the site's list of hosts may have narrowed since.
+    if problem := url_problem(url, allowed_hosts()):
+        raise DeliveryRefused(f"{url_host(url)}: {problem}")
     request = urllib.request.Request(  # noqa: S310  # the scheme is checked above
         url,
         data=json.dumps(body).encode(),
@@ -236,16 +239,20 @@ def post_json(url: str, body: dict[str, Any]) -> None:
         method="POST",
     )
     try:
-        with urllib.request.urlopen(  # noqa: S310
-            request, timeout=settings.NOTIFICATION_TIMEOUT_SECONDS
-        ) as response:
+        with NO_REDIRECTS.open(request, timeout=settings.NOTIFICATION_TIMEOUT_SECONDS) as response:
             response.read(1024)
     except urllib.error.HTTPError as exc:
+        if 300 <= exc.code < 400:
+            reason = "redirects are not followed; set the URL to where it points"
+            raise DeliveryRefused(f"HTTP {exc.code} from {url_host(url)}: {reason}") from exc
         if 400 <= exc.code < 500 and exc.code not in (408, 429):
-            raise DeliveryRefused(f"HTTP {exc.code} from {_host(url)}") from exc
-        raise DeliveryFailed(f"HTTP {exc.code} from {_host(url)}") from exc
-    except (urllib.error.URLError, OSError) as exc:
-        raise DeliveryFailed(f"{_host(url)}: {exc}") from exc
+            raise DeliveryRefused(f"HTTP {exc.code} from {url_host(url)}") from exc
+        raise DeliveryFailed(f"HTTP {exc.code} from {url_host(url)}") from exc
+    except urllib.error.URLError as exc:
+        # The reason only: the error's own text may carry the URL.
+        raise DeliveryFailed(f"{url_host(url)}: {exc.reason}") from None
+    except OSError as exc:
+        raise DeliveryFailed(f"{url_host(url)}: {exc.strerror or type(exc).__name__}") from None
 
 
 def _email(channel: NotificationChannel, message: Message) -> None:
@@ -257,15 +264,3 @@ def _email(channel: NotificationChannel, message: Message) -> None:
         send_mail(message.subject, body, None, channel.recipients)
     except (smtplib.SMTPException, OSError) as exc:
         raise DeliveryFailed(f"email to {channel.target}: {exc}") from exc
-
-
-def _host(url: str) -> str:
-    return urlsplit(url).netloc
-
-
-def safe_target(channel: NotificationChannel) -> str:
-    # A webhook URL's path is often its secret (Slack): the trail and logs keep the host only.
-    if channel.kind == NotificationKind.WEBHOOK:
-        parts = urlsplit(channel.target)
-        return f"{parts.scheme}://{parts.netloc}/…"
-    return channel.target

@@ -21,6 +21,7 @@ from recovery_console.console.forms import ClusterSettingsForm
 from recovery_console.console.models import PolicyChangeRequest
 from recovery_console.console.reviews import ApprovalRefused, actor_of
 from recovery_console.console.roles import OPERATOR, has_role
+from recovery_console.fleet.core.outbound import redacted
 from recovery_console.fleet.models import Cluster
 from remediation.core.policy import Policy
 
@@ -52,7 +53,7 @@ def cluster_settings(request: HttpRequest, name: str) -> HttpResponse:
         "form": form,
         "editable": editable,
         "defaults": _defaults(),
-        "telemetry": json.dumps(cluster.telemetry, sort_keys=True),
+        "telemetry": json.dumps(redacted(cluster.telemetry), sort_keys=True),
         "section": "overview",
     }
     return page(request, "console/settings.html", context, status=400 if form.errors else 200)

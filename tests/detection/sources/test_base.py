@@ -28,6 +28,7 @@ from detection.sources.paging import (
     ns_to_datetime,
     render_query,
 )
+from tests.detection.sources.listener import serving
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -165,6 +166,21 @@ def test_an_http_client_accepts_only_http_urls_and_builds_auth_headers() -> None
         "X-Scope-OrgID": "a",
         "Authorization": "Bearer t",
     }
+
+
+def test_a_redirect_is_not_followed_with_the_credentials() -> None:
+    first, second = serving(), serving()
+    redirecting, elsewhere = next(first), next(second)
+    try:
+        redirecting.redirect_to = elsewhere.url
+        client = HttpClient("loki", redirecting.url, auth=HttpAuth(bearer_token="t0ken"))
+        with pytest.raises(SourceUnavailable, match="redirects are not followed"):
+            client.get("/loki/api/v1/query_range", [])
+        assert redirecting.authorizations == ["Bearer t0ken"]
+        assert elsewhere.authorizations == []
+    finally:
+        for server in (first, second):
+            next(server, None)
 
 
 def test_a_now_before_the_cursor_asks_nothing_and_keeps_the_cursor() -> None:
