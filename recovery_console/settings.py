@@ -82,6 +82,24 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
+# HTTPS only once DEBUG is off. Behind a proxy that terminates TLS, set SECURE_PROXY_SSL_HEADER
+# to the header it sets (e.g. HTTP_X_FORWARDED_PROTO) so requests it forwarded count as secure;
+# each default can be turned off on its own (e.g. SECURE_SSL_REDIRECT=false when the proxy
+# redirects itself).
+_proxy_header = env.str("SECURE_PROXY_SSL_HEADER", default="").strip()
+SECURE_PROXY_SSL_HEADER = (_proxy_header, "https") if _proxy_header else None
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=not DEBUG)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31536000)
+# Subdomains of the console's own host name only (e.g. *.console.example.org).
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+# Preloading is the domain owner's choice (a submission for the registered domain), not ours.
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=False)
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+if SECURE_HSTS_SECONDS < 0:
+    raise ImproperlyConfigured("SECURE_HSTS_SECONDS must not be negative")
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
@@ -108,6 +126,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files from STATIC_ROOT (after collectstatic) whatever DEBUG says: Daphne serves none.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -153,7 +173,13 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles")))
+# Compressed copies (gzip, brotli when installed) are written by collectstatic and served by
+# WhiteNoise to clients that accept them.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 # Redis carries Celery's queue and the Channels layer in production; empty means embedded.
 REDIS_URL = env.str("REDIS_URL", default="")
