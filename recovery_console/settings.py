@@ -191,9 +191,21 @@ if not CELERY_TASK_ALWAYS_EAGER and not REDIS_URL:
     raise ImproperlyConfigured("CELERY_TASK_ALWAYS_EAGER=false needs REDIS_URL for the broker")
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_URL = REDIS_URL or "memory://"
-CELERY_RESULT_BACKEND = REDIS_URL or None
+# Nothing reads a task's return value: keep none (a result per task was ~170k keys a day).
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+# A worker rides out a restart of Redis: it keeps trying to reconnect, at start-up too, and
+# notices a dead connection within seconds instead of waiting on it.
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_connect_timeout": 5,
+    "socket_timeout": 30,
+    "socket_keepalive": True,
+    "retry_on_timeout": True,
+    "health_check_interval": 10,
+}
 CELERY_TASK_SERIALIZER = "json"
-CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

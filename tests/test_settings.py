@@ -1,9 +1,9 @@
 """Settings are read from the environment at start-up, so each case starts a fresh Python."""
 
 import json
+import os
 import secrets
 import socket
-import os
 import subprocess
 import sys
 import time
@@ -119,12 +119,16 @@ def test_a_bad_value_stops_start_up_naming_the_variable(env: dict[str, str], mes
 def production(**env: str) -> dict[str, str]:
     """The environment of a production process: DEBUG off, a real secret key."""
     clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
-    return clean | {
-        "DJANGO_SETTINGS_MODULE": "recovery_console.settings",
-        "DEBUG": "false",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "ALLOWED_HOSTS": "127.0.0.1",
-    } | env
+    return (
+        clean
+        | {
+            "DJANGO_SETTINGS_MODULE": "recovery_console.settings",
+            "DEBUG": "false",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "ALLOWED_HOSTS": "127.0.0.1",
+        }
+        | env
+    )
 
 
 def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -158,7 +162,12 @@ def test_behind_a_tls_proxy_each_secure_default_can_be_turned_off() -> None:
         SESSION_COOKIE_SECURE="false",
     )
     result = subprocess.run(
-        [sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True, text=True, check=False
+        [sys.executable, "-c", probe],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == [["HTTP_X_FORWARDED_PROTO", "https"], False, 0, False]
@@ -177,7 +186,8 @@ def get(url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
 
     opener = urllib.request.build_opener(NoRedirect)
     try:
-        with opener.open(urllib.request.Request(url, headers=headers), timeout=10) as response:
+        request = urllib.request.Request(url, headers=headers)  # noqa: S310 (http only)
+        with opener.open(request, timeout=10) as response:  # noqa: S310
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read()
