@@ -212,6 +212,16 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
 
+# Shared by every process (login throttling, cycle leases): Redis in production.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "rc",
+        }
+    }
+
 CHANNEL_LAYER = env_choice(
     "CHANNEL_LAYER", default="redis" if REDIS_URL else "memory", choices=("memory", "redis")
 )
@@ -233,6 +243,15 @@ SIMULATOR_OUTPUT_DIR = Path(env.str("SIMULATOR_OUTPUT_DIR", default=str(BASE_DIR
 DETECTION_POLL_SECONDS = env.float("DETECTION_POLL_SECONDS", default=5.0)
 if DETECTION_POLL_SECONDS <= 0:
     raise ImproperlyConfigured("DETECTION_POLL_SECONDS must be positive")
+# A cycle reads telemetry for about this long, then carries on next cycle, so one busy cluster
+# cannot hold the workers; a cluster has one cycle queued or running at a time (a lease that
+# runs out after CYCLE_LEASE_SECONDS should a worker die mid-cycle).
+CYCLE_BUDGET_SECONDS = env.float("CYCLE_BUDGET_SECONDS", default=10.0)
+if CYCLE_BUDGET_SECONDS <= 0:
+    raise ImproperlyConfigured("CYCLE_BUDGET_SECONDS must be positive")
+CYCLE_LEASE_SECONDS = env.int("CYCLE_LEASE_SECONDS", default=120)
+if CYCLE_LEASE_SECONDS < CYCLE_BUDGET_SECONDS:
+    raise ImproperlyConfigured("CYCLE_LEASE_SECONDS must be at least CYCLE_BUDGET_SECONDS")
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
