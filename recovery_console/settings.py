@@ -161,6 +161,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["NAME"] = name if name.is_absolute() else BASE_DIR / name
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Repeated failed logins lock the user name out (recovery_console/console/throttle.py); API
+# tokens are checked by digest, and a client address sending many wrong ones is refused a while.
+AUTHENTICATION_BACKENDS = ["recovery_console.console.throttle.ThrottledModelBackend"]
+LOGIN_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+TOKEN_FAILURE_LIMIT = env.int("TOKEN_FAILURE_LIMIT", default=20)
+LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=900)
+if min(LOGIN_FAILURE_LIMIT, TOKEN_FAILURE_LIMIT, LOGIN_LOCKOUT_SECONDS) < 1:
+    raise ImproperlyConfigured(
+        "LOGIN_FAILURE_LIMIT, TOKEN_FAILURE_LIMIT and LOGIN_LOCKOUT_SECONDS must be positive"
+    )
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
@@ -258,7 +269,7 @@ REST_FRAMEWORK = {
     # People: a personal token (``Token <key>``) for REST clients, or the browser's session
     # (with CSRF). Controllers authenticate with their own ``Bearer`` tokens in the Advisor API.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "recovery_console.console.api.tokens.PersonalTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -14,6 +14,7 @@ from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
+
 class WorkloadsChanged(TypedDict):
     type: Literal["workloads.changed"]
     cluster: int
