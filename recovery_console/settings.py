@@ -109,7 +109,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "rest_framework.authtoken",  # its old plain keys are hashed by a console migration
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",

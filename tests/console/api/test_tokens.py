@@ -134,3 +134,11 @@ def test_an_upgrade_hashes_the_plain_tokens_which_go_on_working() -> None:
     response = with_header(f"Token {plain}").get("/api/v1/token/")
     assert response.status_code == 200
     assert response.json()["exists"] is True
+
+
+def test_the_admin_offers_no_plain_tokens(people) -> None:
+    admin = APIClient()
+    admin.force_login(people["root"])
+    people["root"].is_staff = people["root"].is_superuser = True
+    people["root"].save()
+    assert admin.get("/admin/authtoken/tokenproxy/").status_code == 404
