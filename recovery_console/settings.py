@@ -161,9 +161,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["NAME"] = name if name.is_absolute() else BASE_DIR / name
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Repeated failed logins lock the user name out (recovery_console/console/throttle.py); API
+# Repeated failed logins lock the user name out (recovery_console/fleet/throttle.py); API
 # tokens are checked by digest, and a client address sending many wrong ones is refused a while.
-AUTHENTICATION_BACKENDS = ["recovery_console.console.throttle.ThrottledModelBackend"]
+AUTHENTICATION_BACKENDS = ["recovery_console.fleet.throttle.ThrottledModelBackend"]
 LOGIN_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 TOKEN_FAILURE_LIMIT = env.int("TOKEN_FAILURE_LIMIT", default=20)
 LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=900)

@@ -15,10 +15,9 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 
 from detection.core.constants import DEFAULT_GPUS_PER_NODE
+from recovery_console.fleet import throttle
 from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
 from recovery_console.fleet.models import Cluster, WorkloadState
-
-from . import throttle
 
 JSON_ATTRS = {"rows": 10, "spellcheck": "false", "class": "code"}
 
