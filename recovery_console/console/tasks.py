@@ -30,12 +30,16 @@ from remediation import services as remediation
 
 from .notifications import delivery as notifications
 
+DISPATCH_EXPIRES_SECONDS = 5
+
 
 def cycle_lease(cluster_id: int) -> str:
     return f"cycle-lease:{cluster_id}"
 
 
-@shared_task(name="recovery_console.dispatch_cycles")
+# Beat sends one a second: one that waited longer than that behind busy workers is dropped
+# rather than run late in a row with the others (the next is on its way).
+@shared_task(name="recovery_console.dispatch_cycles", expires=DISPATCH_EXPIRES_SECONDS)
 def dispatch_cycles() -> str:
     enqueued = 0
     for cluster_id in detection.claim_due_scans(timezone.now()):

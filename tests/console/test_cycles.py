@@ -1,10 +1,13 @@
 """Fairness between clusters: a busy cluster's cycles neither pile up in the queue nor hold a
 worker past their time budget."""
 
+import json
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -41,18 +44,29 @@ def cycle_queue():
     """Cycles go to a queue of this test's own on the real broker (nothing consumes it)."""
     assert settings.CELERY_BROKER_URL.startswith("redis://"), "run with REDIS_URL (make test)"
     queue = f"cycles-{uuid.uuid4().hex}"
-    app.conf.task_routes, app.conf.task_always_eager = (
-        {"recovery_console.run_cycle": {"queue": queue}},
-        False,
-    )
+    names = ("recovery_console.run_cycle", "recovery_console.dispatch_cycles")
+    app.conf.task_routes = {name: {"queue": queue} for name in names}
+    app.conf.task_always_eager = False
     reroute()
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     try:
-        yield lambda: broker.llen(queue)
+        yield Queue(broker, queue)
     finally:
-        broker.delete(queue)
+        broker.delete(queue, f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}")
         app.conf.task_routes = None
         reroute()
+
+
+@dataclass
+class Queue:
+    broker: redis.Redis
+    name: str
+
+    def __call__(self) -> int:
+        return int(self.broker.llen(self.name))
+
+    def headers(self) -> list[dict[str, Any]]:
+        return [json.loads(m)["headers"] for m in self.broker.lrange(self.name, 0, -1)]
 
 
 def fall_due(cluster) -> None:
@@ -91,3 +105,12 @@ def test_past_its_budget_a_scan_stops_reading_and_carries_on_next_cycle(busy) ->
     assert "time budget spent" in str(spent)
     rest = scan.scan_cluster(busy, T0, sources)
     assert (rest.lines, rest.out_of_time) == (8, False)
+
+
+def test_a_dispatch_that_waited_behind_busy_workers_is_dropped(cycle_queue) -> None:
+    sent = datetime.now(UTC)
+    dispatch_cycles.apply_async()  # as beat sends it, every second
+    [headers] = cycle_queue.headers()
+    assert headers["task"] == "recovery_console.dispatch_cycles"
+    expires = datetime.fromisoformat(headers["expires"])
+    assert 0 < (expires - sent).total_seconds() <= 6
