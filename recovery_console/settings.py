@@ -209,6 +209,9 @@ CELERY_RESULT_BACKEND = None
 # notices a dead connection within seconds instead of waiting on it.
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# Tasks in hand when the connection drops cannot be acknowledged: stop them and take them again
+# from the queue on reconnecting, rather than finish them and see them redelivered an hour later.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_connect_timeout": 5,
     "socket_timeout": 30,
