@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -68,6 +69,7 @@ class ScanSummary:
     updated_anomalies: int = 0
     failed_sources: list[str] = field(default_factory=list)
     skipped: bool = False
+    out_of_time: bool = False
 
     def count(self, recorded: tuple[Anomaly, Recorded]) -> None:
         _, outcome = recorded
@@ -80,17 +82,24 @@ class ScanSummary:
         if self.skipped:
             return "skipped: another scan of this cluster is running"
         failed = f", sources down: {'; '.join(self.failed_sources)}" if self.failed_sources else ""
+        late = ", time budget spent (reading on next cycle)" if self.out_of_time else ""
         return (
             f"{self.lines} lines, {self.new_anomalies} new anomalies, "
-            f"{self.updated_anomalies} updated{failed}"
+            f"{self.updated_anomalies} updated{failed}{late}"
         )
 
 
 def scan_cluster(
-    cluster: Cluster, now: datetime, sources: ClusterSources | None = None
+    cluster: Cluster,
+    now: datetime,
+    sources: ClusterSources | None = None,
+    deadline: float | None = None,
 ) -> ScanSummary:
     """One detection cycle: read every source from its cursor, update detector state, check
-    running attempts for hangs and slowdowns, and record what was found."""
+    running attempts for hangs and slowdowns, and record what was found.
+
+    Past ``deadline`` (``time.monotonic()``) each source stops after its first batch and the
+    rest is read next cycle from the cursor, so a busy cluster cannot hold a worker for long."""
     summary = ScanSummary()
     with _scan_lease(cluster) as acquired:
         if not acquired:
@@ -100,7 +109,7 @@ def scan_cluster(
         sources = sources or cluster_sources(cluster)
         _adopt_pending_lines(cluster, now, config, summary)
         readings = [
-            _read_log_source(cluster, name, source, now, config, summary)
+            _read_log_source(cluster, name, source, now, config, summary, deadline)
             for name, source in sources.logs.items()
         ]
         samples, metrics = _read_metrics(cluster, sources, now, summary)
@@ -133,13 +142,18 @@ def _read_log_source(
     now: datetime,
     config: DetectorConfig,
     summary: ScanSummary,
+    deadline: float | None = None,
 ) -> SourceReading:
     # A new source is watched from now: its silence is measured from when we began to listen.
     row, _ = SourceCursor.objects.get_or_create(
         cluster=cluster, source=name, defaults={"newest_line_at": now}
     )
     lines = 0
-    for _ in range(MAX_BATCHES_PER_SCAN):
+    for batch_number in range(MAX_BATCHES_PER_SCAN):
+        # At least one batch per source per cycle, so a slow one cannot starve the others.
+        if batch_number and deadline is not None and time.monotonic() >= deadline:
+            summary.out_of_time = True
+            break
         try:
             batch = source.fetch(row.cursor or None, now)
         except SourceUnavailable as exc:

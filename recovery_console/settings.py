@@ -83,6 +83,24 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
+# HTTPS only once DEBUG is off. Behind a proxy that terminates TLS, set SECURE_PROXY_SSL_HEADER
+# to the header it sets (e.g. HTTP_X_FORWARDED_PROTO) so requests it forwarded count as secure;
+# each default can be turned off on its own (e.g. SECURE_SSL_REDIRECT=false when the proxy
+# redirects itself).
+_proxy_header = env.str("SECURE_PROXY_SSL_HEADER", default="").strip()
+SECURE_PROXY_SSL_HEADER = (_proxy_header, "https") if _proxy_header else None
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=not DEBUG)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31536000)
+# Subdomains of the console's own host name only (e.g. *.console.example.org).
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
+# Preloading is the domain owner's choice (a submission for the registered domain), not ours.
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=False)
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+if SECURE_HSTS_SECONDS < 0:
+    raise ImproperlyConfigured("SECURE_HSTS_SECONDS must not be negative")
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
@@ -92,7 +110,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "rest_framework.authtoken",  # its old plain keys are hashed by a console migration
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -109,6 +127,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files from STATIC_ROOT (after collectstatic) whatever DEBUG says: Daphne serves none.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -142,6 +162,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["NAME"] = name if name.is_absolute() else BASE_DIR / name
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Repeated failed logins lock the user name out (recovery_console/fleet/throttle.py); API
+# tokens are checked by digest, and a client address sending many wrong ones is refused a while.
+AUTHENTICATION_BACKENDS = ["recovery_console.fleet.throttle.ThrottledModelBackend"]
+LOGIN_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+TOKEN_FAILURE_LIMIT = env.int("TOKEN_FAILURE_LIMIT", default=20)
+LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=900)
+if min(LOGIN_FAILURE_LIMIT, TOKEN_FAILURE_LIMIT, LOGIN_LOCKOUT_SECONDS) < 1:
+    raise ImproperlyConfigured(
+        "LOGIN_FAILURE_LIMIT, TOKEN_FAILURE_LIMIT and LOGIN_LOCKOUT_SECONDS must be positive"
+    )
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
@@ -154,7 +185,13 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles")))
+# Compressed copies (gzip, brotli when installed) are written by collectstatic and served by
+# WhiteNoise to clients that accept them.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 
 # Redis carries Celery's queue and the Channels layer in production; empty means embedded.
 REDIS_URL = env.str("REDIS_URL", default="")
@@ -166,14 +203,39 @@ if not CELERY_TASK_ALWAYS_EAGER and not REDIS_URL:
     raise ImproperlyConfigured("CELERY_TASK_ALWAYS_EAGER=false needs REDIS_URL for the broker")
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_URL = REDIS_URL or "memory://"
-CELERY_RESULT_BACKEND = REDIS_URL or None
+# Nothing reads a task's return value: keep none (a result per task was ~170k keys a day).
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+# A worker rides out a restart of Redis: it keeps trying to reconnect, at start-up too, and
+# notices a dead connection within seconds instead of waiting on it.
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# Tasks in hand when the connection drops cannot be acknowledged: stop them and take them again
+# from the queue on reconnecting, rather than finish them and see them redelivered an hour later.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_connect_timeout": 5,
+    "socket_timeout": 30,
+    "socket_keepalive": True,
+    "retry_on_timeout": True,
+    "health_check_interval": 10,
+}
 CELERY_TASK_SERIALIZER = "json"
-CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = "UTC"
+
+# Shared by every process (login throttling, cycle leases): Redis in production.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "rc",
+        }
+    }
 
 CHANNEL_LAYER = env_choice(
     "CHANNEL_LAYER", default="redis" if REDIS_URL else "memory", choices=("memory", "redis")
@@ -196,6 +258,15 @@ SIMULATOR_OUTPUT_DIR = Path(env.str("SIMULATOR_OUTPUT_DIR", default=str(BASE_DIR
 DETECTION_POLL_SECONDS = env.float("DETECTION_POLL_SECONDS", default=5.0)
 if DETECTION_POLL_SECONDS <= 0:
     raise ImproperlyConfigured("DETECTION_POLL_SECONDS must be positive")
+# A cycle reads telemetry for about this long, then carries on next cycle, so one busy cluster
+# cannot hold the workers; a cluster has one cycle queued or running at a time (a lease that
+# runs out after CYCLE_LEASE_SECONDS should a worker die mid-cycle).
+CYCLE_BUDGET_SECONDS = env.float("CYCLE_BUDGET_SECONDS", default=10.0)
+if CYCLE_BUDGET_SECONDS <= 0:
+    raise ImproperlyConfigured("CYCLE_BUDGET_SECONDS must be positive")
+CYCLE_LEASE_SECONDS = env.int("CYCLE_LEASE_SECONDS", default=120)
+if CYCLE_LEASE_SECONDS < CYCLE_BUDGET_SECONDS:
+    raise ImproperlyConfigured("CYCLE_LEASE_SECONDS must be at least CYCLE_BUDGET_SECONDS")
 
 # Settings documents name secrets by reference (README, "Secrets and outbound connections"):
 # {"env": NAME} reads a variable whose name starts with SECRET_ENV_PREFIX, {"file": NAME} a file
@@ -216,7 +287,7 @@ REST_FRAMEWORK = {
     # People: a personal token (``Token <key>``) for REST clients, or the browser's session
     # (with CSRF). Controllers authenticate with their own ``Bearer`` tokens in the Advisor API.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "recovery_console.console.api.tokens.PersonalTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

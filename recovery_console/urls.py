@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from recovery_console.console.exporter import metrics_view
 
 from .console import views
+from .console.forms import LoginForm
 
 urlpatterns = [
     path("", views.overview, name="overview"),
@@ -42,7 +43,9 @@ urlpatterns = [
     path("signals/", views.test_signals, name="test-signals"),
     path(
         "accounts/login/",
-        auth_views.LoginView.as_view(next_page="overview", redirect_authenticated_user=True),
+        auth_views.LoginView.as_view(
+            authentication_form=LoginForm, next_page="overview", redirect_authenticated_user=True
+        ),
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),

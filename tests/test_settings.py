@@ -2,8 +2,13 @@
 
 import json
 import os
+import secrets
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -109,3 +114,116 @@ def test_a_bad_value_stops_start_up_naming_the_variable(env: dict[str, str], mes
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert message in result.stderr
+
+
+def production(**env: str) -> dict[str, str]:
+    """The environment of a production process: DEBUG off, a real secret key."""
+    clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    return (
+        clean
+        | {
+            "DJANGO_SETTINGS_MODULE": "recovery_console.settings",
+            "DEBUG": "false",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "ALLOWED_HOSTS": "127.0.0.1",
+        }
+        | env
+    )
+
+
+def manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_with_debug_off_the_deployment_checks_are_clean() -> None:
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=production())
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_behind_a_tls_proxy_each_secure_default_can_be_turned_off() -> None:
+    probe = (
+        "import json, django; from django.conf import settings; django.setup(); print(json.dumps("
+        "[settings.SECURE_PROXY_SSL_HEADER, settings.SECURE_SSL_REDIRECT, "
+        "settings.SECURE_HSTS_SECONDS, settings.SESSION_COOKIE_SECURE]))"
+    )
+    env = production(
+        SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO",
+        SECURE_SSL_REDIRECT="false",
+        SECURE_HSTS_SECONDS="0",
+        SESSION_COOKIE_SECURE="false",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [["HTTP_X_FORWARDED_PROTO", "https"], False, 0, False]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def get(url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: object, **kwargs: object) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        request = urllib.request.Request(url, headers=headers)  # noqa: S310 (http only)
+        with opener.open(request, timeout=10) as response:  # noqa: S310
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def test_with_debug_off_daphne_serves_the_collected_static_files(tmp_path: Path) -> None:
+    env = production(
+        STATIC_ROOT=str(tmp_path / "static"), SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO"
+    )
+    collected = manage("collectstatic", "--noinput", env=env)
+    assert collected.returncode == 0, collected.stderr
+    port = free_port()
+    daphne = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+         "recovery_console.asgi:application"],
+        env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/static/console/console.css"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, headers, body = get(url, {"X-Forwarded-Proto": "https"})
+                break
+            except OSError:
+                assert daphne.poll() is None, daphne.stderr.read()  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "daphne did not start"
+                time.sleep(0.2)
+        plain_status, plain_headers, _ = get(url, {})
+    finally:
+        daphne.terminate()
+        daphne.wait(timeout=10)
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/css")
+    assert body == (ROOT / "static" / "console" / "console.css").read_bytes()
+    assert "max-age=31536000" in headers["Strict-Transport-Security"]
+    # Plain HTTP is sent to HTTPS.
+    assert plain_status == 301
+    assert plain_headers["Location"].startswith("https://")

@@ -18,6 +18,16 @@ class ConsoleConfig(AppConfig):
 
         post_save.connect(_notify, sender=AuditEntry, dispatch_uid="console.notifications")
         post_migrate.connect(_sync_roles, sender=self, dispatch_uid="console.roles")
+        _hide_plain_tokens_from_the_admin()
+
+
+def _hide_plain_tokens_from_the_admin() -> None:
+    # DRF's plain-key tokens are not used (``api.tokens`` keeps digests): none to make there.
+    from django.contrib import admin
+    from rest_framework.authtoken.models import TokenProxy
+
+    if admin.site.is_registered(TokenProxy):
+        admin.site.unregister(TokenProxy)
 
 
 def _notify(sender: type, instance: Any, **kwargs: Any) -> None:

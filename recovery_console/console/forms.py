@@ -11,10 +11,12 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.contrib.auth.forms import AuthenticationForm
 from django.core.exceptions import ValidationError
 from django.template.defaultfilters import filesizeformat
 
 from detection.core.constants import DEFAULT_GPUS_PER_NODE
+from recovery_console.fleet import throttle
 from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
 from recovery_console.fleet.models import Cluster, WorkloadState
 
@@ -263,3 +265,18 @@ class ReasonForm(forms.Form):
     """Rejecting a request, returning to monitor mode, releasing a node: a reason is needed."""
 
     reason = forms.CharField(max_length=2000, widget=forms.TextInput(attrs={"size": 40}))
+
+
+class LoginForm(AuthenticationForm):
+    """Django's login form, saying so when a user name is locked out after failed logins."""
+
+    def clean(self) -> dict[str, Any]:
+        username = self.cleaned_data.get("username")
+        if username and throttle.locked("password", username):
+            minutes = round(settings.LOGIN_LOCKOUT_SECONDS / 60)
+            wait = f"{minutes} minutes" if minutes > 1 else "a minute"
+            raise ValidationError(
+                f"Too many failed logins for this user name: try again in up to {wait}.",
+                code="locked",
+            )
+        return super().clean()

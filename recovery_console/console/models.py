@@ -218,3 +218,17 @@ def _is_email(address: str) -> bool:
     except ValidationError:
         return False
     return True
+
+
+class PersonalToken(models.Model):
+    """A person's API token for REST clients. Only its SHA-256 is kept; the key itself is shown
+    once, when issued (``api.tokens``)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="personal_token"
+    )
+    digest = models.CharField(max_length=64, unique=True)
+    created = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"API token of {self.user}"

@@ -1,18 +1,23 @@
 """Celery tasks that tie the loop together: thin wrappers that call one service each.
 
 Beat runs ``dispatch_cycles`` every second; it enqueues one ``run_cycle`` per cluster whose poll
-interval has elapsed. A cycle scans the cluster's telemetry, then advises on what it found.
+interval has elapsed and that has no cycle queued or running. A cycle scans the cluster's
+telemetry within a time budget (what is left is read next cycle), then advises on what it found.
+So a busy cluster holds at most one worker process at a time, for about its budget, and its
+cycles never pile up in the queue ahead of other clusters'.
 
 Each task has an explicit name: the beat schedule and queued messages refer to tasks by name,
 so moving a module must not orphan them.
 """
 
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import OperationalError, close_old_connections, transaction
+from django.core.cache import cache
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from detection import scan
@@ -25,28 +30,37 @@ from remediation import services as remediation
 
 from .notifications import delivery as notifications
 
+DISPATCH_EXPIRES_SECONDS = 5
 
-@shared_task(name="recovery_console.dispatch_cycles")
+
+def cycle_lease(cluster_id: int) -> str:
+    return f"cycle-lease:{cluster_id}"
+
+
+# Beat sends one a second: one that waited longer than that behind busy workers is dropped
+# rather than run late in a row with the others (the next is on its way).
+@shared_task(name="recovery_console.dispatch_cycles", expires=DISPATCH_EXPIRES_SECONDS)
 def dispatch_cycles() -> str:
-    due = detection.claim_due_scans(timezone.now())
-    for cluster_id in due:
-        run_cycle.delay(cluster_id)
-    return f"{len(due)} cycles enqueued"
+    enqueued = 0
+    for cluster_id in detection.claim_due_scans(timezone.now()):
+        # Held from enqueueing until the cycle ends; it runs out by itself if a worker dies.
+        if cache.add(cycle_lease(cluster_id), "queued", settings.CYCLE_LEASE_SECONDS):
+            run_cycle.delay(cluster_id)
+            enqueued += 1
+    return f"{enqueued} cycles enqueued"
 
 
-@shared_task(
-    name="recovery_console.run_cycle",
-    # A lost or locked database connection is worth retrying; a bug is not.
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    retry_jitter=True,
-    max_retries=5,
-)
+# No retries: the next dispatch, a poll interval later, is the retry.
+@shared_task(name="recovery_console.run_cycle")
 def run_cycle(cluster_id: int) -> str:
     """One turn of the loop for one cluster: detect, then advise."""
-    cluster = Cluster.objects.get(pk=cluster_id)
-    scanned = scan.scan_cluster(cluster, timezone.now())
-    advised = remediation.advise_cluster(cluster, timezone.now())
+    try:
+        cluster = Cluster.objects.get(pk=cluster_id)
+        deadline = time.monotonic() + settings.CYCLE_BUDGET_SECONDS
+        scanned = scan.scan_cluster(cluster, timezone.now(), deadline=deadline)
+        advised = remediation.advise_cluster(cluster, timezone.now())
+    finally:
+        cache.delete(cycle_lease(cluster_id))
     return f"{cluster.name}: {scanned}; {advised} advice"
 
 

@@ -5,11 +5,14 @@ Pages re-fetch the partial an event names, so permission checks stay in the view
 
 from __future__ import annotations
 
+import logging
 from typing import Literal, TypedDict
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
+
+logger = logging.getLogger(__name__)
 
 
 class WorkloadsChanged(TypedDict):
@@ -44,8 +47,13 @@ def _send(groups: list[str], event: WorkloadsChanged | AnomalyChanged | ClusterC
     if layer is None:
         return
     # Ids only: pages re-fetch through the views, so nothing a viewer may not see is broadcast.
-    for group in groups:
-        async_to_sync(layer.group_send)(group, dict(event))
+    try:
+        for group in groups:
+            async_to_sync(layer.group_send)(group, dict(event))
+    except Exception:
+        # The change is committed: a channel layer that is down costs open pages a live
+        # update (they catch up on their next load), never the writer its answer.
+        logger.exception("could not broadcast %s to %s", event["type"], ", ".join(groups))
 
 
 class AnomalyChanged(TypedDict):

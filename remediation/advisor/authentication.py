@@ -7,6 +7,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
+from recovery_console.fleet import throttle
 from remediation.models import ControllerToken
 from remediation.services import authenticate_controller
 
@@ -22,8 +23,13 @@ class ControllerTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 "the Authorization header must be 'Bearer <token>'"
             )
+        # An address that sent too many wrong tokens is refused a while, whatever it sends.
+        address = str(request.META.get("REMOTE_ADDR", ""))
+        if throttle.locked("token", address):
+            raise exceptions.Throttled(detail="Too many invalid tokens from this address.")
         token = authenticate_controller(header[1].decode(errors="replace"))
         if token is None:
+            throttle.failed("token", address)
             raise exceptions.AuthenticationFailed("unknown or revoked controller token")
         # The token is the request's user as well (it answers is_authenticated).
         return token, token

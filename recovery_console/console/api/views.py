@@ -18,7 +18,6 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
-from rest_framework.authtoken.models import Token
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import BasePermission, IsAuthenticated
@@ -34,6 +33,7 @@ from recovery_console.console.api import serializers as s
 from recovery_console.console.models import (
     ModeChangeRequest,
     NotificationChannel,
+    PersonalToken,
     PolicyChangeRequest,
     Review,
 )
@@ -467,14 +467,14 @@ class TokenView(APIView):
     def get(self, request: Request) -> Response:
         """Whether you have a token, and since when. The key is only shown when issued."""
         user: Any = request.user
-        token = Token.objects.filter(user=user).first()
+        token = PersonalToken.objects.filter(user=user).first()
         data = {"exists": token is not None, "created": token.created if token else None}
         return Response(s.TokenStatusSerializer(data).data)
 
     @extend_schema(request=None, responses={201: s.TokenSerializer})
     def post(self, request: Request) -> Response:
         """Create your token, or rotate it: the previous key stops working at once."""
-        token = rotate_token(request.user)
+        token = rotate_token(request.user)  # the key is shown this once
         data = s.TokenSerializer({"key": token.key, "created": token.created}).data
         return Response(data, status=status.HTTP_201_CREATED)
 

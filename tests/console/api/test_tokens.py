@@ -1,8 +1,12 @@
 """Personal API tokens: ``Token <key>`` for people, kept apart from controllers' ``Bearer``."""
 
+import hashlib
+
 import pytest
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from recovery_console.console.models import PersonalToken
 from recovery_console.fleet.models import AuditEntry
 from remediation.services import issue_controller_token
 
@@ -87,3 +91,54 @@ def test_the_browser_session_needs_csrf_for_writes(people, cluster) -> None:
     response = browser.patch("/api/v1/clusters/research/", {"policy": {}}, format="json")
     assert response.status_code == 403
     assert response.json()["detail"].startswith("CSRF Failed")
+
+
+def test_only_the_tokens_digest_is_stored(api, cluster) -> None:
+    key = api("carol").post("/api/v1/token/").json()["key"]
+    stored = PersonalToken.objects.get(user__username="carol")
+    assert stored.digest == hashlib.sha256(key.encode()).hexdigest()
+    assert not Token.objects.exists()
+    assert key not in str(PersonalToken.objects.values_list())
+
+
+def test_a_client_address_sending_wrong_tokens_is_refused_for_a_while(api, settings) -> None:
+    settings.TOKEN_FAILURE_LIMIT = 3
+    key = api("carol").post("/api/v1/token/").json()["key"]
+    for _ in range(3):
+        assert with_header("Token " + "0" * 40).get("/api/v1/clusters/").status_code == 401
+    refused = with_header(f"Token {key}").get("/api/v1/clusters/")
+    assert refused.status_code == 429
+    assert refused.json() == {"detail": "Too many invalid tokens from this address."}
+    # Another address is not concerned.
+    other = with_header(f"Token {key}")
+    assert other.get("/api/v1/clusters/", REMOTE_ADDR="10.0.0.9").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_upgrade_hashes_the_plain_tokens_which_go_on_working() -> None:
+    from tests.fleet.test_migrations import latest, migrate
+
+    old = migrate(
+        [
+            ("console", "0003_dispatch_cycles_by_its_name"),
+            ("authtoken", "0004_alter_tokenproxy_options"),
+        ]
+    )
+    user = old.get_model("auth", "User").objects.create(username="rhea", is_active=True)
+    plain = "f" * 40
+    old.get_model("authtoken", "Token").objects.create(key=plain, user_id=user.pk)
+    new = migrate(latest())
+    assert not new.get_model("authtoken", "Token").objects.exists()
+    stored = new.get_model("console", "PersonalToken").objects.get()
+    assert (stored.user_id, stored.digest) == (user.pk, hashlib.sha256(plain.encode()).hexdigest())
+    response = with_header(f"Token {plain}").get("/api/v1/token/")
+    assert response.status_code == 200
+    assert response.json()["exists"] is True
+
+
+def test_the_admin_offers_no_plain_tokens(people) -> None:
+    admin = APIClient()
+    admin.force_login(people["root"])
+    people["root"].is_staff = people["root"].is_superuser = True
+    people["root"].save()
+    assert admin.get("/admin/authtoken/tokenproxy/").status_code == 404

@@ -203,3 +203,18 @@ def test_the_heartbeat_is_kept_for_the_console_and_the_watchdog(cluster, control
     token = cluster.controller_tokens.get()
     assert token.last_heartbeat_at is not None and token.heartbeat["transport"] == "ssh"
     assert Node.objects.filter(cluster=cluster).exists()
+
+
+def test_an_address_sending_wrong_controller_tokens_is_refused_for_a_while(
+    cluster, controller, settings
+) -> None:
+    settings.TOKEN_FAILURE_LIMIT = 3
+    guesser = APIClient()
+    guesser.credentials(HTTP_AUTHORIZATION="Bearer rcc_guess")
+    for _ in range(3):
+        assert guesser.get("/api/v1/advisor/research/advice").status_code == 401
+    refused = controller.get("/api/v1/advisor/research/advice")  # the same address
+    assert refused.status_code == 429
+    assert refused.json() == {"detail": "Too many invalid tokens from this address."}
+    elsewhere = controller.get("/api/v1/advisor/research/advice", REMOTE_ADDR="10.0.0.9")
+    assert elsewhere.status_code == 200
