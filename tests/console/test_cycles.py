@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from detection import scan
+from detection.core.config import InvalidDetectorSettings
 from detection.core.telemetry import LogLine
 from detection.models import DetectionSettings
 from detection.sources.config import ClusterSources
@@ -22,7 +23,6 @@ from detection.sources.memory import MemoryLogSource
 from recovery_console.celery import app
 from recovery_console.console.tasks import cycle_lease, dispatch_cycles, run_cycle
 from recovery_console.fleet import services
-from recovery_console.fleet.models import Cluster
 from tests.console.test_notifications import reroute
 
 pytestmark = pytest.mark.django_db
@@ -89,9 +89,9 @@ def test_a_cycle_that_fails_gives_its_lease_back(busy, cycle_queue) -> None:
     fall_due(busy)
     dispatch_cycles()
     assert cache.get(cycle_lease(busy.pk)) == "queued"
-    # Written past the API's validation, as a bug would: the scan raises.
-    Cluster.objects.filter(pk=busy.pk).update(telemetry={"logs": {"type": "kafka"}})
-    with pytest.raises(ValueError, match="unknown log source type"):
+    # Written past the settings' validation, as a bug would: the scan raises.
+    DetectionSettings.objects.filter(cluster=busy).update(progress_pattern="(unclosed")
+    with pytest.raises(InvalidDetectorSettings):
         run_cycle(busy.pk)
     assert cache.get(cycle_lease(busy.pk)) is None
 
