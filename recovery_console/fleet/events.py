@@ -5,7 +5,8 @@ Pages re-fetch the partial an event names, so permission checks stay in the view
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -44,8 +45,13 @@ def _send(groups: list[str], event: WorkloadsChanged | AnomalyChanged | ClusterC
     if layer is None:
         return
     # Ids only: pages re-fetch through the views, so nothing a viewer may not see is broadcast.
+    # One trip into the event loop for all groups: one per group costs a thread each.
+    async_to_sync(_send_to_groups)(layer, groups, event)
+
+
+async def _send_to_groups(layer: Any, groups: list[str], event: Mapping[str, Any]) -> None:
     for group in groups:
-        async_to_sync(layer.group_send)(group, dict(event))
+        await layer.group_send(group, dict(event))
 
 
 class AnomalyChanged(TypedDict):

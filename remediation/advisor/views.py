@@ -85,7 +85,9 @@ def _parse_each(
             records.append(build(parsed.validated_data))
             continue
         field, problem = _first_error(parsed.errors)
-        rejected.append(console.Rejection(kind, str(item.get(id_field, ""))[:64], index, field, problem))
+        rejected.append(
+            console.Rejection(kind, str(item.get(id_field, ""))[:64], index, field, problem)
+        )
     return records, rejected
 
 

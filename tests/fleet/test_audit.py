@@ -124,8 +124,10 @@ def test_concurrent_writers_never_fork_the_chain() -> None:
 def rehash_from(sequence: int, actor: str, seal) -> None:  # type: ignore[no-untyped-def]
     """Change one row, then re-hash it and every row after it with ``seal`` and move the
     head along: what someone who can write the tables and knows the algorithm can do."""
-    previous = AuditEntry.objects.get(sequence=sequence - 1).entry_hash if sequence > 1 else (
-        audit.GENESIS_HASH
+    previous = (
+        AuditEntry.objects.get(sequence=sequence - 1).entry_hash
+        if sequence > 1
+        else (audit.GENESIS_HASH)
     )
     for row in AuditEntry.objects.filter(sequence__gte=sequence).order_by("sequence"):
         if row.sequence == sequence:
@@ -228,7 +230,9 @@ def test_a_malformed_anchor_file_is_refused_naming_the_line(anchor_file) -> None
         call_command("verify_audit", anchor=str(anchor_file))
 
 
-@pytest.mark.skipif(connection.vendor == "sqlite", reason="the in-memory test database locks tables")
+@pytest.mark.skipif(
+    connection.vendor == "sqlite", reason="the in-memory test database locks tables"
+)
 @pytest.mark.django_db(transaction=True)
 def test_verifying_while_others_write_gives_no_false_alarm() -> None:
     append(20)
@@ -265,7 +269,10 @@ def test_the_database_refuses_to_update_or_delete_an_entry() -> None:
     with connection.cursor() as cursor:
         audit.install_append_only_triggers(cursor.execute, connection.vendor)
     try:
-        for sql in ("UPDATE {table} SET actor = 'x' WHERE id = %s", "DELETE FROM {table} WHERE id = %s"):
+        for sql in (
+            "UPDATE {table} SET actor = 'x' WHERE id = %s",
+            "DELETE FROM {table} WHERE id = %s",
+        ):
             with pytest.raises(DatabaseError, match="append-only"):
                 tamper(sql, [entry.pk])
         assert AuditEntry.objects.get().actor == "user:alice"
@@ -298,8 +305,16 @@ def test_entries_written_before_the_key_are_resealed_and_verify() -> None:
     Entry = apps.get_model("recovery_console", "AuditEntry")
     previous = audit.GENESIS_HASH
     for n in range(1, 4):  # as the previous release wrote them: plain SHA-256
-        row = Entry(sequence=n, at=T0, actor="user:old", verb="old.did", object_type="",
-                    object_id="", payload={"n": n}, previous_hash=previous)
+        row = Entry(
+            sequence=n,
+            at=T0,
+            actor="user:old",
+            verb="old.did",
+            object_type="",
+            object_id="",
+            payload={"n": n},
+            previous_hash=previous,
+        )
         row.entry_hash = previous = plain_sha256(row)
         row.save()
     set_head(3, previous)
@@ -310,6 +325,8 @@ def test_entries_written_before_the_key_are_resealed_and_verify() -> None:
     assert report.intact, report.problem
     note = AuditEntry.objects.get(sequence=4)
     assert (note.verb, note.payload["entries"], note.payload["previous_break"]) == (
-        "audit.resealed", 3, None
+        "audit.resealed",
+        3,
+        None,
     )
     assert note.payload["previous_head_sha256"] == previous
