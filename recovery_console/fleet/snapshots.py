@@ -62,6 +62,11 @@ class Rejection:
     field: str
     problem: str
 
+    def __post_init__(self) -> None:
+        # Shown back and audited: cut short, and text that is not Unicode made printable.
+        shown = self.id[:64].encode("utf-8", "backslashreplace").decode()
+        object.__setattr__(self, "id", shown)
+
     def as_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in ("kind", "id", "index", "field", "problem")}
 
@@ -88,24 +93,27 @@ def record_snapshot(
     cluster: Cluster,
     snapshot: ClusterSnapshot,
     rejected: Sequence[Rejection] = (),
+    positions: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> SnapshotResult:
     """Bring nodes, workloads and attempts up to date with what the scheduler reported.
 
     Attempts are history: a new restart count adds an attempt (closing the previous one as
     REQUEUED if we never saw it end), and an attempt that has ended is left alone. ``rejected``
-    are the entries the caller could not even parse; they are audited with the others.
+    are the entries the caller could not even parse, audited with the others; ``positions``
+    then give each job's and node's index in the caller's lists, so rejections name those.
     """
-    jobs, bad_jobs = _valid_jobs(snapshot.jobs)
-    nodes, bad_nodes = _valid_nodes(snapshot.nodes)
+    job_at, node_at = positions or (range(len(snapshot.jobs)), range(len(snapshot.nodes)))
+    jobs, bad_jobs = _valid_jobs(snapshot.jobs, job_at)
+    nodes, bad_nodes = _valid_nodes(snapshot.nodes, node_at)
     with transaction.atomic():
         changed_nodes, collided = _record_nodes(actor, cluster, nodes, snapshot.taken_at)
-        index_of = {node.name: index for index, node in enumerate(snapshot.nodes)}
+        index_of = {node.name: node_at[n] for n, node in enumerate(snapshot.nodes)}
         same_name = "is another node's name in other letters (the database cannot keep both)"
         rejections = (
             *rejected,
             *bad_jobs,
             *bad_nodes,
-            *(Rejection("node", name[:64], index_of[name], "name", same_name) for name in collided),
+            *(Rejection("node", name, index_of[name], "name", same_name) for name in collided),
         )
         if rejections:
             audit.record(
@@ -145,16 +153,18 @@ def _max_length(model: type[Attempt] | type[Node] | type[Workload], field: str) 
     return int(model._meta.get_field(field).max_length or 0)
 
 
-def _valid_jobs(jobs: Iterable[JobRecord]) -> tuple[list[JobRecord], list[Rejection]]:
+def _valid_jobs(
+    jobs: Iterable[JobRecord], positions: Sequence[int]
+) -> tuple[list[JobRecord], list[Rejection]]:
     valid: list[JobRecord] = []
     rejected: list[Rejection] = []
     first_at: dict[str, int] = {}
-    for index, job in enumerate(jobs):
+    for index, job in zip(positions, jobs, strict=True):
         problem = _problem_with_job(job)
         if problem is None and job.job_id in first_at:
             problem = ("job_id", f"reported twice (first at index {first_at[job.job_id]})")
         if problem is not None:
-            rejected.append(Rejection("job", job.job_id[:64], index, *problem))
+            rejected.append(Rejection("job", job.job_id, index, *problem))
             continue
         first_at[job.job_id] = index
         valid.append(job)
@@ -243,12 +253,14 @@ def _comment_document(comment: str) -> dict[str, Any]:
     return document if isinstance(document, dict) else {}
 
 
-def _valid_nodes(nodes: Iterable[NodeRecord]) -> tuple[list[NodeRecord], list[Rejection]]:
+def _valid_nodes(
+    nodes: Iterable[NodeRecord], positions: Sequence[int]
+) -> tuple[list[NodeRecord], list[Rejection]]:
     valid: list[NodeRecord] = []
     rejected: list[Rejection] = []
     first_at: dict[str, int] = {}
     low, high = _RANGES["PositiveIntegerField"]
-    for index, node in enumerate(nodes):
+    for index, node in zip(positions, nodes, strict=True):
         problem: tuple[str, str] | None = None
         name_problem = _text_problem(node.name, _max_length(Node, "name"))
         if not node.name or name_problem:
@@ -260,7 +272,7 @@ def _valid_nodes(nodes: Iterable[NodeRecord]) -> tuple[list[NodeRecord], list[Re
         elif node.name in first_at:
             problem = ("name", f"reported twice (first at index {first_at[node.name]})")
         if problem is not None:
-            rejected.append(Rejection("node", node.name[:64], index, *problem))
+            rejected.append(Rejection("node", node.name, index, *problem))
             continue
         first_at[node.name] = index
         valid.append(node)

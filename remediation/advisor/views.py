@@ -55,13 +55,18 @@ class SnapshotView(AdvisorView):
         data = payload.validated_data
         jobs, bad_jobs = _parse_each(data["jobs"], "job", s.JobSerializer, _job)
         nodes, bad_nodes = _parse_each(data["nodes"], "node", s.NodeSerializer, _node)
-        snapshot = ClusterSnapshot(taken_at=data["taken_at"], jobs=tuple(jobs), nodes=tuple(nodes))
+        snapshot = ClusterSnapshot(
+            taken_at=data["taken_at"],
+            jobs=tuple(job for _, job in jobs),
+            nodes=tuple(node for _, node in nodes),
+        )
         # Recorded under the controller's actor, so the audit trail says which controller saw it.
         result = console.record_snapshot(
             controller_of(request).actor,
             controller_of(request).cluster,
             snapshot,
             rejected=[*bad_jobs, *bad_nodes],
+            positions=([n for n, _ in jobs], [n for n, _ in nodes]),
         )
         return Response(s.SnapshotResultSerializer(result).data)
 
@@ -71,9 +76,10 @@ def _parse_each(
     kind: Literal["job", "node"],
     serializer: type[serializers.Serializer],  # type: ignore[type-arg]
     build: Callable[[dict[str, Any]], Any],
-) -> tuple[list[Any], list[console.Rejection]]:
-    """Each item checked on its own: a bad one becomes a rejection, not a refused request."""
-    records: list[Any] = []
+) -> tuple[list[tuple[int, Any]], list[console.Rejection]]:
+    """Each item checked on its own: a bad one becomes a rejection, not a refused request.
+    The records come with their index in the request."""
+    records: list[tuple[int, Any]] = []
     rejected: list[console.Rejection] = []
     id_field = "job_id" if kind == "job" else "name"
     for index, item in enumerate(items):
@@ -82,7 +88,7 @@ def _parse_each(
             continue
         parsed = serializer(data=item)
         if parsed.is_valid():
-            records.append(build(parsed.validated_data))
+            records.append((index, build(parsed.validated_data)))
             continue
         field, problem = _first_error(parsed.errors)
         rejected.append(
