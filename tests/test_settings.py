@@ -103,7 +103,10 @@ def test_the_secret_key_can_come_from_a_file(tmp_path: Path) -> None:
         ({"CHANNEL_LAYER": "kafka"}, "CHANNEL_LAYER='kafka' is not one of memory, redis"),
         ({"CLUSTER_BACKEND": "pbs"}, "CLUSTER_BACKEND='pbs' is not one of simulated, slurm"),
         ({"DEBUG": "false"}, "SECRET_KEY (or SECRET_KEY_FILE) must be set"),
-        ({"DEBUG": "false", "SECRET_KEY": "k"}, "AUDIT_HMAC_KEY (or AUDIT_HMAC_KEY_FILE) must be set"),
+        (
+            {"DEBUG": "false", "SECRET_KEY": "k"},
+            "AUDIT_HMAC_KEY (or AUDIT_HMAC_KEY_FILE) must be set",
+        ),
         ({"SECRET_KEY_FILE": "/nonexistent/secret"}, "cannot be read"),
     ],
 )

@@ -46,7 +46,7 @@ def entry(
 ) -> AuditEntry:
     """An entry not yet in the trail; ``append`` numbers, seals and stores it."""
     return AuditEntry(
-        at=at,
+        at=at,  # type: ignore[misc]  # None until ``append`` stamps it
         actor=actor,
         cluster=cluster,
         workload=workload,
@@ -80,9 +80,7 @@ def append(entries: Sequence[AuditEntry]) -> Sequence[AuditEntry]:
             new.at = new.at or now
             new.entry_hash = previous = entry_hash(new)
         AuditEntry.objects.bulk_create(entries)
-        AuditChainHead.objects.filter(pk=head.pk).update(
-            last_sequence=sequence, last_hash=previous
-        )
+        AuditChainHead.objects.filter(pk=head.pk).update(last_sequence=sequence, last_hash=previous)
         # bulk_create sends no signal; whatever hangs off new entries (notifications) still hears.
         for new in entries:
             post_save.send(AuditEntry, instance=new, created=True, raw=False, using="default")

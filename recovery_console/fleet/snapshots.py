@@ -13,7 +13,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from django.db import connection, transaction
@@ -150,7 +150,7 @@ _RANGES = BaseDatabaseOperations.integer_field_ranges  # the portable (32-bit) c
 
 
 def _max_length(model: type[Attempt] | type[Node] | type[Workload], field: str) -> int:
-    return int(model._meta.get_field(field).max_length or 0)
+    return int(getattr(model._meta.get_field(field), "max_length", 0) or 0)
 
 
 def _valid_jobs(
@@ -444,10 +444,10 @@ def _set_time_to_resume(starting: Sequence[Attempt], ended_now: Sequence[Attempt
         )
         .filter(rank=1)
     )
-    previous = {a.workload_id: a for a in latest_failures}
+    previous: dict[int, Attempt] = {a.workload_id: a for a in latest_failures}
     for attempt in ended_now:
         stored = previous.get(attempt.workload_id)
-        if attempt.state != "COMPLETED" and (stored is None or stored.ended_at < attempt.ended_at):
+        if attempt.state != "COMPLETED" and (stored is None or _ended(stored) < _ended(attempt)):
             previous[attempt.workload_id] = attempt
     for attempt in starting:
         failed = previous.get(attempt.workload_id)
@@ -460,6 +460,10 @@ def _set_time_to_resume(starting: Sequence[Attempt], ended_now: Sequence[Attempt
         # Detection's first evidence often precedes the scheduler's end by minutes (a hang).
         failed_at = min(filter(None, (failed.failed_at, failed.ended_at)))
         attempt.time_to_resume_s = max(0.0, (started - failed_at).total_seconds())
+
+
+def _ended(attempt: Attempt) -> datetime:
+    return attempt.ended_at or datetime.min.replace(tzinfo=UTC)
 
 
 # Any other state (failed, timed out, node fail, preempted, requeued) is an interruption.

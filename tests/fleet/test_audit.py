@@ -144,7 +144,7 @@ def rehash_from(sequence: int, actor: str, seal) -> None:  # type: ignore[no-unt
 def set_head(sequence: int, last_hash: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {AuditChainHead._meta.db_table} SET last_sequence = %s, last_hash = %s",
+            f"UPDATE {AuditChainHead._meta.db_table} SET last_sequence = %s, last_hash = %s",  # noqa: S608
             [sequence, last_hash],
         )
 

@@ -50,7 +50,11 @@ def test_bad_jobs_and_nodes_are_named_back_and_the_good_ones_recorded(controller
         {"name": "gpu-2", "state": "IDLE", "gpus": 2**31},
         {"name": "gpu-1", "state": "DOWN"},
     ]
-    snapshot = {"taken_at": "2026-12-01T12:00:00Z", "jobs": good + list(BAD_JOBS.values()), "nodes": nodes}
+    snapshot = {
+        "taken_at": "2026-12-01T12:00:00Z",
+        "jobs": good + list(BAD_JOBS.values()),
+        "nodes": nodes,
+    }
     # Sent as a controller would: lone surrogates escaped in the JSON text.
     response = controller.post(URL, json.dumps(snapshot), content_type="application/json")
 
@@ -69,6 +73,8 @@ def test_bad_jobs_and_nodes_are_named_back_and_the_good_ones_recorded(controller
 
 
 def test_a_bad_envelope_is_still_a_400_naming_the_field(controller) -> None:
-    response = controller.post(URL, {"taken_at": "2026-12-01T12:00:00Z", "jobs": "x", "nodes": []}, format="json")
+    response = controller.post(
+        URL, {"taken_at": "2026-12-01T12:00:00Z", "jobs": "x", "nodes": []}, format="json"
+    )
     assert response.status_code == 400
     assert set(response.json()) == {"jobs"}

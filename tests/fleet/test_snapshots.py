@@ -205,7 +205,10 @@ def test_names_the_database_holds_equal_do_not_fail_the_snapshot(cluster) -> Non
         cluster,
         JobRecordFactory(job_id="1", comment='{"workload": "LLaMA"}'),
         JobRecordFactory(job_id="2", comment='{"workload": "llama"}'),
-        nodes=[NodeRecord("GPU-NODE-001", NodeState.DOWN), NodeRecord("gpu-node-009", NodeState.IDLE)],
+        nodes=[
+            NodeRecord("GPU-NODE-001", NodeState.DOWN),
+            NodeRecord("gpu-node-009", NodeState.IDLE),
+        ],
         at=T0 + timedelta(seconds=5),
     )
     assert result.new_attempts == 2
@@ -229,7 +232,10 @@ def test_a_large_snapshot_takes_a_few_queries_per_chunk_not_per_job(cluster) -> 
         JobRecordFactory(job_id=str(5000 + n), name=f"run-{n}", start_time=T0) for n in range(900)
     ]
     first = queries_to_record(cluster, jobs, T0)
-    ended = [replace(j, state=JobState.FAILED, exit_code=1, end_time=T0 + timedelta(seconds=9)) for j in jobs]
+    ended = [
+        replace(j, state=JobState.FAILED, exit_code=1, end_time=T0 + timedelta(seconds=9))
+        for j in jobs
+    ]
     changed = queries_to_record(cluster, ended, T0 + timedelta(seconds=10))
     requeued = [replace(j, restart_count=1, start_time=T0 + timedelta(seconds=20)) for j in jobs]
     restarted = queries_to_record(cluster, requeued, T0 + timedelta(seconds=20))
