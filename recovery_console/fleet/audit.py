@@ -245,19 +245,20 @@ def current_anchor() -> Anchor:
     return Anchor(sequence, last_hash, timezone.now().isoformat(timespec="seconds"))
 
 
-def export_anchor(path: str | os.PathLike[str]) -> Anchor:
-    """Append the current anchor to ``path`` (JSON lines) and to the log."""
+def export_anchor(path: str | os.PathLike[str] | None) -> Anchor:
+    """Append the current anchor to ``path`` (JSON lines), if given, and to the log."""
     anchor = current_anchor()
     line = json.dumps(
         {"sequence": anchor.sequence, "hash": anchor.hash, "exported_at": anchor.exported_at}
     )
-    try:
-        with Path(path).open("a", encoding="utf-8") as out:
-            out.write(line + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-    except OSError as exc:
-        raise AnchorError(f"cannot write the anchor to {path}: {exc}") from exc
+    if path:
+        try:
+            with Path(path).open("a", encoding="utf-8") as out:
+                out.write(line + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+        except OSError as exc:
+            raise AnchorError(f"cannot write the anchor to {path}: {exc}") from exc
     # The log is shipped elsewhere too: a second copy out of the database's reach.
     logger.info("audit anchor %s", line)
     return anchor

@@ -330,3 +330,17 @@ def test_entries_written_before_the_key_are_resealed_and_verify() -> None:
         None,
     )
     assert note.payload["previous_head_sha256"] == previous
+
+
+def test_beat_exports_an_anchor_to_the_configured_file(anchor_file, settings, caplog) -> None:
+    from django_celery_beat.models import PeriodicTask
+
+    from recovery_console.fleet.tasks import export_audit_anchor
+
+    assert PeriodicTask.objects.filter(task="recovery_console.export_audit_anchor").exists()
+    settings.AUDIT_ANCHOR_FILE = str(anchor_file)
+    (*_, last) = append(3)
+    with caplog.at_level("INFO", logger="recovery_console.fleet.audit"):
+        assert export_audit_anchor.delay().get() == "audit anchor #3"
+    assert json.loads(anchor_file.read_text())["hash"] == last.entry_hash
+    assert last.entry_hash in caplog.text
