@@ -488,7 +488,8 @@ def _refresh_workload_states(changed: Sequence[Attempt], seen_at: datetime) -> s
             rank=Window(
                 RowNumber(),
                 partition_by=F("workload_id"),
-                order_by=(F("first_seen_at").desc(), F("attempt_index").desc()),
+                # Attempts first seen together: the one recorded first, as it always was.
+                order_by=(F("first_seen_at").desc(), F("attempt_index").desc(), F("pk").asc()),
             )
         )
         .filter(rank=1)
