@@ -59,10 +59,30 @@ def entry(
     )
 
 
-def record(actor: str, verb: str, obj: Model | None = None, **fields: Any) -> AuditEntry:
+def record(
+    actor: str,
+    verb: str,
+    obj: Model | None = None,
+    *,
+    cluster: Cluster | None = None,
+    workload: Workload | None = None,
+    attempt: Attempt | None = None,
+    payload: dict[str, Any] | None = None,
+    at: datetime | None = None,
+) -> AuditEntry:
     """Append one entry. Runs inside the caller's transaction, so the entry commits (or rolls
     back) with the change it describes."""
-    return append([entry(actor, verb, obj, **fields)])[0]
+    new = entry(
+        actor,
+        verb,
+        obj,
+        cluster=cluster,
+        workload=workload,
+        attempt=attempt,
+        payload=payload,
+        at=at,
+    )
+    return append([new])[0]
 
 
 def append(entries: Sequence[AuditEntry]) -> Sequence[AuditEntry]:

@@ -265,8 +265,10 @@ def _valid_nodes(
         name_problem = _text_problem(node.name, _max_length(Node, "name"))
         if not node.name or name_problem:
             problem = ("name", name_problem or "is empty")
-        elif _text_problem(node.reason, 0) or any(_text_problem(p, 0) for p in node.partitions):
+        elif _text_problem(node.reason, 0):
             problem = ("reason", "is not valid Unicode text")
+        elif any(_text_problem(p, 0) for p in node.partitions):
+            problem = ("partitions", "a partition name is not valid Unicode text")
         elif not low <= node.gpus <= high:
             problem = ("gpus", f"is out of range ({low} to {high})")
         elif node.name in first_at:
