@@ -107,7 +107,9 @@ def record_snapshot(
     nodes, bad_nodes = _valid_nodes(snapshot.nodes, node_at)
     with transaction.atomic():
         changed_nodes, collided = _record_nodes(actor, cluster, nodes, snapshot.taken_at)
-        index_of = {node.name: node_at[n] for n, node in enumerate(snapshot.nodes)}
+        index_of: dict[str, int] = {}
+        for n, node in enumerate(snapshot.nodes):
+            index_of.setdefault(node.name, node_at[n])  # the one recorded is the first
         same_name = "is another node's name in other letters (the database cannot keep both)"
         rejections = (
             *rejected,
