@@ -85,7 +85,7 @@ def workload_key(job: JobRecord) -> str:
     """Attempts belong to the workload named by the comment's ``workload`` tag (JSON), or else
     by the job name, which is how sites resubmit the same run."""
     tag = _comment_document(job.comment).get("workload")
-    return str(tag) if tag not in (None, "") else job.name or f"job-{job.job_id}"
+    return str(tag) if tag else job.name or f"job-{job.job_id}"
 
 
 def record_snapshot(
@@ -226,7 +226,7 @@ def _comment_problem(job: JobRecord) -> tuple[str, str] | None:
     if _depth(document) > COMMENT_MAX_DEPTH:
         return "comment", f"is nested deeper than {COMMENT_MAX_DEPTH} levels"
     tag = document.get("workload") if isinstance(document, dict) else None
-    if tag is not None and not isinstance(tag, str | int):
+    if tag is not None and not isinstance(tag, str | int | float):
         return "comment", "its workload tag is not a string"
     if tag is not None and len(str(tag)) > _max_length(Workload, "key"):
         return (
