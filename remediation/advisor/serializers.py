@@ -41,7 +41,7 @@ class JobSerializer(serializers.Serializer):  # type: ignore[type-arg]
 class NodeSerializer(serializers.Serializer):  # type: ignore[type-arg]
     name = serializers.CharField(max_length=128)
     state = serializers.ChoiceField(choices=[s.value for s in NodeState])
-    reason = serializers.CharField(max_length=255, allow_blank=True, default="")
+    reason = serializers.CharField(allow_blank=True, default="")  # cut to its column
     gpus = serializers.IntegerField(min_value=0, max_value=INT_MAX, default=0)
     partitions = serializers.ListField(child=serializers.CharField(max_length=64), default=list)
 
@@ -60,8 +60,8 @@ class SnapshotEnvelopeSerializer(serializers.Serializer):  # type: ignore[type-a
 
     taken_at = serializers.DateTimeField()
     # Bounds one request, so a runaway squeue cannot make the console parse millions of rows.
-    jobs = serializers.ListField(child=serializers.JSONField(), max_length=100_000)
-    nodes = serializers.ListField(child=serializers.JSONField(), max_length=100_000)
+    jobs = serializers.ListField(child=serializers.JSONField(allow_null=True), max_length=100_000)
+    nodes = serializers.ListField(child=serializers.JSONField(allow_null=True), max_length=100_000)
 
 
 class RejectionSerializer(serializers.Serializer):  # type: ignore[type-arg]

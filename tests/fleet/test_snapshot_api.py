@@ -72,6 +72,26 @@ def test_bad_jobs_and_nodes_are_named_back_and_the_good_ones_recorded(controller
     assert audited.payload["count"] == len(named)
 
 
+MALFORMED = [
+    {"jobs": [None, 5, "x"], "nodes": [None, 5, "x"]},
+    {"jobs": [job("1", nodes="abc"), job("2", nodes=None), job("3", name=["x"])]},
+    {"jobs": [job("1", start_time="0001-01-01T00:00:00+01:00"), job("2", held="maybe")]},
+    {"jobs": [job("1", exit_code=1.5), job("2", exit_code="1e400"), job("3", comment={})]},
+    {"jobs": [job("1", name="a\x00b"), job("2", comment='{"workload": 1e999}')]},
+    {"jobs": [job("1", comment='{"workload": ' + "1" * 300 + "}")]},
+    {"nodes": [{"name": "x", "state": "IDLE", "partitions": ["p" * 70]}]},
+    {"nodes": [{"name": "x", "state": "IDLE", "reason": "r" * 300}, {"name": "", "state": "IDLE"}]},
+]
+
+
+@pytest.mark.parametrize("case", MALFORMED)
+def test_no_malformed_job_or_node_gets_a_500(controller, case) -> None:
+    snapshot = {"taken_at": "2026-12-01T12:00:00Z", "jobs": [], "nodes": [], **case}
+    response = controller.post(URL, json.dumps(snapshot), content_type="application/json")
+    assert response.status_code == 200, response.content[:300]
+    assert set(response.json()) >= {"new_attempts", "rejected"}
+
+
 def test_a_bad_envelope_is_still_a_400_naming_the_field(controller) -> None:
     response = controller.post(
         URL, {"taken_at": "2026-12-01T12:00:00Z", "jobs": "x", "nodes": []}, format="json"
