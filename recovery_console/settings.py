@@ -344,6 +344,19 @@ NOTIFY_IN_BACKGROUND_THREAD = env_bool(
 # /metrics is open unless this is set; then Prometheus sends it as a Bearer token.
 METRICS_TOKEN = env_secret("METRICS_TOKEN", default="")
 
+# The audit trail's entries are sealed with this HMAC key, kept outside the database so a
+# person with write access to the tables cannot re-hash a changed row. Set it before the first
+# migrate; a different key makes every earlier entry fail verification.
+AUDIT_HMAC_KEY = env_secret("AUDIT_HMAC_KEY", default="")
+if not AUDIT_HMAC_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "AUDIT_HMAC_KEY (or AUDIT_HMAC_KEY_FILE) must be set when DEBUG is off"
+        )
+    AUDIT_HMAC_KEY = "embedded-default-insecure-audit-key"  # noqa: S105
+# Where the periodic audit anchor (the head's sequence and hash) is appended; empty: log only.
+AUDIT_ANCHOR_FILE = env.str("AUDIT_ANCHOR_FILE", default="")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -36,6 +36,8 @@ VARIABLES = (
     "DEBUG",
     "SECRET_KEY",
     "SECRET_KEY_FILE",
+    "AUDIT_HMAC_KEY",
+    "AUDIT_HMAC_KEY_FILE",
 )
 
 
@@ -84,7 +86,7 @@ def test_mysql_and_redis_urls_give_utf8mb4_celery_on_redis_and_channels_redis() 
 def test_the_secret_key_can_come_from_a_file(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("from-a-file\n")
-    result = start(DEBUG="false", SECRET_KEY_FILE=str(secret))
+    result = start(DEBUG="false", SECRET_KEY_FILE=str(secret), AUDIT_HMAC_KEY_FILE=str(secret))
     assert result.returncode == 0, result.stderr
 
 
@@ -106,6 +108,10 @@ def test_the_secret_key_can_come_from_a_file(tmp_path: Path) -> None:
         ({"CHANNEL_LAYER": "kafka"}, "CHANNEL_LAYER='kafka' is not one of memory, redis"),
         ({"CLUSTER_BACKEND": "pbs"}, "CLUSTER_BACKEND='pbs' is not one of simulated, slurm"),
         ({"DEBUG": "false"}, "SECRET_KEY (or SECRET_KEY_FILE) must be set"),
+        (
+            {"DEBUG": "false", "SECRET_KEY": "k"},
+            "AUDIT_HMAC_KEY (or AUDIT_HMAC_KEY_FILE) must be set",
+        ),
         ({"SECRET_KEY_FILE": "/nonexistent/secret"}, "cannot be read"),
     ],
 )

@@ -6,7 +6,8 @@ Pages re-fetch the partial an event names, so permission checks stay in the view
 from __future__ import annotations
 
 import logging
-from typing import Literal, TypedDict
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -48,12 +49,17 @@ def _send(groups: list[str], event: WorkloadsChanged | AnomalyChanged | ClusterC
         return
     # Ids only: pages re-fetch through the views, so nothing a viewer may not see is broadcast.
     try:
-        for group in groups:
-            async_to_sync(layer.group_send)(group, dict(event))
+        # One trip into the event loop for all groups: one per group costs a thread each.
+        async_to_sync(_send_to_groups)(layer, groups, event)
     except Exception:
         # The change is committed: a channel layer that is down costs open pages a live
         # update (they catch up on their next load), never the writer its answer.
         logger.exception("could not broadcast %s to %s", event["type"], ", ".join(groups))
+
+
+async def _send_to_groups(layer: Any, groups: list[str], event: Mapping[str, Any]) -> None:
+    for group in groups:
+        await layer.group_send(group, dict(event))
 
 
 class AnomalyChanged(TypedDict):

@@ -7,19 +7,28 @@ from rest_framework import serializers
 from recovery_console.fleet.core.scheduler import JobState, NodeState
 from remediation.models import Advice, Milestone
 
+# The database's integer columns (restart count, exit code, signal, GPUs).
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+
 
 class JobSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """One job; the fleet checks the rest (lengths against its columns, the comment's depth)."""
+
     # Plain ids and array tasks ("1234_7") only: the id ends up in scontrol arguments.
     job_id = serializers.RegexField(r"^\d+(_\d+)?$", max_length=64)
-    name = serializers.CharField(max_length=200, allow_blank=True, default="")
+    name = serializers.CharField(allow_blank=True, default="", trim_whitespace=False)
     state = serializers.ChoiceField(choices=[s.value for s in JobState])
-    partition = serializers.CharField(max_length=64, allow_blank=True, default="")
+    partition = serializers.CharField(allow_blank=True, default="")
     nodes = serializers.ListField(child=serializers.CharField(max_length=128), default=list)
-    restart_count = serializers.IntegerField(min_value=0, default=0)
-    exit_code = serializers.IntegerField(allow_null=True, default=None)
-    signal = serializers.IntegerField(allow_null=True, default=None)
-    reason = serializers.CharField(max_length=255, allow_blank=True, default="")
-    comment = serializers.CharField(max_length=10000, allow_blank=True, default="")
+    restart_count = serializers.IntegerField(min_value=0, max_value=INT_MAX, default=0)
+    exit_code = serializers.IntegerField(
+        allow_null=True, default=None, min_value=INT_MIN, max_value=INT_MAX
+    )
+    signal = serializers.IntegerField(
+        allow_null=True, default=None, min_value=INT_MIN, max_value=INT_MAX
+    )
+    reason = serializers.CharField(allow_blank=True, default="")
+    comment = serializers.CharField(allow_blank=True, default="", trim_whitespace=False)
     excluded_nodes = serializers.ListField(
         child=serializers.CharField(max_length=128), default=list
     )
@@ -32,22 +41,42 @@ class JobSerializer(serializers.Serializer):  # type: ignore[type-arg]
 class NodeSerializer(serializers.Serializer):  # type: ignore[type-arg]
     name = serializers.CharField(max_length=128)
     state = serializers.ChoiceField(choices=[s.value for s in NodeState])
-    reason = serializers.CharField(max_length=255, allow_blank=True, default="")
-    gpus = serializers.IntegerField(min_value=0, default=0)
+    reason = serializers.CharField(allow_blank=True, default="")  # cut to its column
+    gpus = serializers.IntegerField(min_value=0, max_value=INT_MAX, default=0)
     partitions = serializers.ListField(child=serializers.CharField(max_length=64), default=list)
 
 
 class SnapshotSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """The snapshot as documented. A bad job or node is rejected on its own (see
+    ``SnapshotEnvelopeSerializer``); only a bad envelope refuses the whole request."""
+
     taken_at = serializers.DateTimeField()
-    # Bounds one request, so a runaway squeue cannot make the console parse millions of rows.
     jobs = JobSerializer(many=True, max_length=100_000)  # type: ignore[call-arg]
     nodes = NodeSerializer(many=True, max_length=100_000)  # type: ignore[call-arg]
+
+
+class SnapshotEnvelopeSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """What is checked for the request as a whole; each job and node is checked by itself."""
+
+    taken_at = serializers.DateTimeField()
+    # Bounds one request, so a runaway squeue cannot make the console parse millions of rows.
+    jobs = serializers.ListField(child=serializers.JSONField(allow_null=True), max_length=100_000)
+    nodes = serializers.ListField(child=serializers.JSONField(allow_null=True), max_length=100_000)
+
+
+class RejectionSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    kind = serializers.ChoiceField(choices=["job", "node"])
+    id = serializers.CharField(help_text="the job id or node name as reported (cut short)")
+    index = serializers.IntegerField(help_text="its position in the request's list")
+    field = serializers.CharField()
+    problem = serializers.CharField()
 
 
 class SnapshotResultSerializer(serializers.Serializer):  # type: ignore[type-arg]
     new_attempts = serializers.IntegerField()
     changed_attempts = serializers.IntegerField()
     changed_nodes = serializers.IntegerField()
+    rejected = RejectionSerializer(many=True, help_text="jobs and nodes not recorded, and why")
 
 
 class AdviceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]

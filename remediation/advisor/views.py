@@ -3,11 +3,12 @@
 Every endpoint is scoped to the cluster in the URL and to the controller token's cluster, and a
 replayed request changes nothing twice."""
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
@@ -62,37 +63,78 @@ class AdvisorView(APIView):
 class SnapshotView(AdvisorView):
     @extend_schema(request=s.SnapshotSerializer, responses=s.SnapshotResultSerializer)
     def post(self, request: Request, cluster: str) -> Response:
-        """The jobs and nodes the controller sees (squeue/sinfo), recorded as attempts and nodes."""
-        payload = s.SnapshotSerializer(data=request.data)
+        """The jobs and nodes the controller sees (squeue/sinfo), recorded as attempts and nodes.
+        A job or node that does not fit is left out and listed in ``rejected``; the rest is
+        recorded."""
+        payload = s.SnapshotEnvelopeSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        snapshot = _snapshot(payload.validated_data)
+        data = payload.validated_data
+        jobs, bad_jobs = _parse_each(data["jobs"], "job", s.JobSerializer, _job)
+        nodes, bad_nodes = _parse_each(data["nodes"], "node", s.NodeSerializer, _node)
+        snapshot = ClusterSnapshot(
+            taken_at=data["taken_at"],
+            jobs=tuple(job for _, job in jobs),
+            nodes=tuple(node for _, node in nodes),
+        )
         # Recorded under the controller's actor, so the audit trail says which controller saw it.
         result = console.record_snapshot(
-            controller_of(request).actor, controller_of(request).cluster, snapshot
+            controller_of(request).actor,
+            controller_of(request).cluster,
+            snapshot,
+            rejected=[*bad_jobs, *bad_nodes],
+            positions=([n for n, _ in jobs], [n for n, _ in nodes]),
         )
         return Response(s.SnapshotResultSerializer(result).data)
 
 
-def _snapshot(data: dict[str, Any]) -> ClusterSnapshot:
-    """Validated payload to the scheduler records the services take."""
-    jobs = tuple(
-        JobRecord(
-            **job
-            | {
-                "state": JobState(job["state"]),
-                "nodes": tuple(job["nodes"]),
-                "excluded_nodes": tuple(job["excluded_nodes"]),
-            }
+def _parse_each(
+    items: list[Any],
+    kind: Literal["job", "node"],
+    serializer: type[serializers.Serializer],  # type: ignore[type-arg]
+    build: Callable[[dict[str, Any]], Any],
+) -> tuple[list[tuple[int, Any]], list[console.Rejection]]:
+    """Each item checked on its own: a bad one becomes a rejection, not a refused request.
+    The records come with their index in the request."""
+    records: list[tuple[int, Any]] = []
+    rejected: list[console.Rejection] = []
+    id_field = "job_id" if kind == "job" else "name"
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            rejected.append(console.Rejection(kind, "", index, "", "is not a JSON object"))
+            continue
+        parsed = serializer(data=item)
+        if parsed.is_valid():
+            records.append((index, build(parsed.validated_data)))
+            continue
+        field, problem = _first_error(parsed.errors)
+        rejected.append(
+            console.Rejection(kind, str(item.get(id_field, ""))[:64], index, field, problem)
         )
-        for job in data["jobs"]
+    return records, rejected
+
+
+def _first_error(errors: Any) -> tuple[str, str]:
+    field, detail = next(iter(errors.items()))
+    while isinstance(detail, dict | list):  # a list field's errors are keyed by position
+        detail = next(iter(detail.values())) if isinstance(detail, dict) else detail[0]
+    return str(field), str(detail)
+
+
+def _job(job: dict[str, Any]) -> JobRecord:
+    return JobRecord(
+        **job
+        | {
+            "state": JobState(job["state"]),
+            "nodes": tuple(job["nodes"]),
+            "excluded_nodes": tuple(job["excluded_nodes"]),
+        }
     )
-    nodes = tuple(
-        NodeRecord(
-            **node | {"state": NodeState(node["state"]), "partitions": tuple(node["partitions"])}
-        )
-        for node in data["nodes"]
+
+
+def _node(node: dict[str, Any]) -> NodeRecord:
+    return NodeRecord(
+        **node | {"state": NodeState(node["state"]), "partitions": tuple(node["partitions"])}
     )
-    return ClusterSnapshot(taken_at=data["taken_at"], jobs=jobs, nodes=nodes)
 
 
 class ActiveAdviceCursor(CursorPagination):

@@ -2,6 +2,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from recovery_console.fleet import services
 from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState, NodeRecord, NodeState
@@ -135,3 +137,112 @@ def test_array_tasks_are_attempts_of_their_own(cluster) -> None:
         JobRecordFactory(job_id="900_2", name="sweep"),
     )
     assert sorted(Attempt.objects.values_list("job_id", flat=True)) == ["900_1", "900_2"]
+
+
+# --- one bad job or node never blocks the rest ------------------------------------------
+
+
+def deep(levels: int) -> str:
+    return '{"a": ' * levels + "1" + "}" * levels
+
+
+def test_each_bad_job_and_node_is_rejected_alone_and_the_rest_recorded(cluster) -> None:
+    good = [JobRecordFactory(job_id=str(n), name=f"good-{n}") for n in (1, 2, 3)]
+    bad = {
+        "name": JobRecordFactory(job_id="10", name="n" * 201),
+        "partition": JobRecordFactory(job_id="11", partition="p" * 65),
+        "comment": JobRecordFactory(job_id="12", comment="[" * 3000 + "]" * 3000),
+        "exit_code": JobRecordFactory(job_id="13", exit_code=2**31),
+        "restart_count": JobRecordFactory(job_id="14", restart_count=2**32),
+        "nodes": JobRecordFactory(job_id="15", nodes=("x" * 129,)),
+        "job_id": replace(good[0], name="again"),
+    }
+    nodes = [
+        NodeRecord("gpu-node-001", NodeState.IDLE, gpus=8),
+        NodeRecord("gpu-node-002", NodeState.IDLE, gpus=2**40),
+        NodeRecord("gpu-node-001", NodeState.DOWN),
+    ]
+    result = report(cluster, *good, *bad.values(), nodes=nodes)
+
+    assert sorted(Attempt.objects.values_list("name", flat=True)) == ["good-1", "good-2", "good-3"]
+    assert list(Node.objects.values_list("name", "state")) == [("gpu-node-001", "IDLE")]
+    assert (result.new_attempts, result.changed_nodes) == (3, 1)
+    assert [(r.kind, r.index, r.field) for r in result.rejected] == [
+        ("job", 3 + n, field) for n, field in enumerate(bad)
+    ] + [("node", 1, "gpus"), ("node", 2, "name")]
+    assert all(r.problem for r in result.rejected)
+    entry = AuditEntry.objects.get(verb="snapshot.rejected")
+    assert entry.payload["count"] == 9
+    assert entry.payload["rejected"][0] == result.rejected[0].as_json()
+
+
+@pytest.mark.parametrize(
+    ("comment", "problem"),
+    [
+        (deep(9), "nested deeper than 8 levels"),
+        ('{"workload": "' + "w" * 201 + '"}', "workload tag is longer than 200"),
+        ('{"workload": {"nested": 1}}', "workload tag is not a string"),
+        ("c" * 10_001, "longer than 10000 characters"),
+    ],
+)
+def test_a_comment_too_deep_too_long_or_with_a_bad_tag_is_rejected(cluster, comment, problem):
+    result = report(cluster, JobRecordFactory(job_id="1", comment=comment), JobRecordFactory())
+    ((rejection),) = result.rejected
+    assert (rejection.id, rejection.field) == ("1", "comment")
+    assert problem in rejection.problem
+    assert Attempt.objects.count() == 1
+
+
+def test_text_that_is_not_unicode_is_rejected_not_a_crash(cluster) -> None:
+    result = report(cluster, JobRecordFactory(job_id="1", name="bad\ud800"), JobRecordFactory())
+    assert [(r.id, r.field) for r in result.rejected] == [("1", "name")]
+    assert Attempt.objects.count() == 1
+
+
+def test_names_the_database_holds_equal_do_not_fail_the_snapshot(cluster) -> None:
+    report(cluster, nodes=[NodeRecord("gpu-node-001", NodeState.IDLE)])
+    result = report(
+        cluster,
+        JobRecordFactory(job_id="1", comment='{"workload": "LLaMA"}'),
+        JobRecordFactory(job_id="2", comment='{"workload": "llama"}'),
+        nodes=[
+            NodeRecord("GPU-NODE-001", NodeState.DOWN),
+            NodeRecord("gpu-node-009", NodeState.IDLE),
+        ],
+        at=T0 + timedelta(seconds=5),
+    )
+    assert result.new_attempts == 2
+    assert Node.objects.filter(name="gpu-node-009").exists()
+    if Node.objects.filter(name__iexact="GPU-NODE-001").count() == 1:  # a case-blind collation
+        assert [(r.kind, r.index, r.field) for r in result.rejected] == [("node", 0, "name")]
+        assert Workload.objects.count() == 1
+
+
+# --- large snapshots: a bounded number of queries, short transactions ----------------------
+
+
+def queries_to_record(cluster, jobs, at) -> int:  # type: ignore[no-untyped-def]
+    with CaptureQueriesContext(connection) as queries:
+        report(cluster, *jobs, at=at)
+    return len(queries.captured_queries)
+
+
+def test_a_large_snapshot_takes_a_few_queries_per_chunk_not_per_job(cluster) -> None:
+    jobs = [
+        JobRecordFactory(job_id=str(5000 + n), name=f"run-{n}", start_time=T0) for n in range(900)
+    ]
+    first = queries_to_record(cluster, jobs, T0)
+    ended = [
+        replace(j, state=JobState.FAILED, exit_code=1, end_time=T0 + timedelta(seconds=9))
+        for j in jobs
+    ]
+    changed = queries_to_record(cluster, ended, T0 + timedelta(seconds=10))
+    requeued = [replace(j, restart_count=1, start_time=T0 + timedelta(seconds=20)) for j in jobs]
+    restarted = queries_to_record(cluster, requeued, T0 + timedelta(seconds=20))
+    assert Attempt.objects.count() == 1800
+    assert AuditEntry.objects.filter(verb="attempt.ended").count() == 900
+    # A fixed handful per chunk of 400 (bulk inserts split at the database's parameter limit),
+    # where recording them one by one took more than ten per job.
+    assert max(first, changed, restarted) / len(jobs) < 0.15, (first, changed, restarted)
+    resumed = Attempt.objects.filter(attempt_index=1).values_list("time_to_resume_s", flat=True)
+    assert set(resumed) == {11.0}

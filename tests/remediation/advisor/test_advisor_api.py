@@ -53,16 +53,16 @@ def test_a_snapshot_is_recorded_and_its_replay_changes_nothing(cluster, controll
     again = controller.post("/api/v1/advisor/research/snapshots", SNAPSHOT, format="json")
     assert (first.status_code, first.json()) == (
         200,
-        {"new_attempts": 1, "changed_attempts": 0, "changed_nodes": 0},
+        {"new_attempts": 1, "changed_attempts": 0, "changed_nodes": 0, "rejected": []},
     )
     assert (again.status_code, again.json()) == (
         200,
-        {"new_attempts": 0, "changed_attempts": 0, "changed_nodes": 0},
+        {"new_attempts": 0, "changed_attempts": 0, "changed_nodes": 0, "rejected": []},
     )
     assert Attempt.objects.get(job_id="77_3").workload.key == "sweep"
 
 
-def test_a_malformed_snapshot_is_refused_with_the_reason_and_records_nothing(
+def test_a_malformed_job_is_rejected_with_the_reason_and_records_nothing(
     cluster, controller
 ) -> None:
     bad = {
@@ -70,10 +70,19 @@ def test_a_malformed_snapshot_is_refused_with_the_reason_and_records_nothing(
         "jobs": [{**SNAPSHOT["jobs"][0], "state": "EXPLODED", "job_id": "77; rm -rf /"}],
     }
     response = controller.post("/api/v1/advisor/research/snapshots", bad, format="json")
-    assert response.status_code == 400
-    errors = response.json()["jobs"]["0"]  # DRF keys list errors by index
-    assert set(errors) == {"state", "job_id"}
+    assert response.status_code == 200
+    (rejected,) = response.json()["rejected"]
+    assert (rejected["kind"], rejected["index"]) == ("job", 0)
+    assert rejected["field"] in {"state", "job_id"}
     assert not Attempt.objects.filter(job_id__startswith="77").exists()
+
+
+def test_a_malformed_envelope_is_refused_naming_the_field(cluster, controller) -> None:
+    response = controller.post(
+        "/api/v1/advisor/research/snapshots", {**SNAPSHOT, "taken_at": "soon"}, format="json"
+    )
+    assert response.status_code == 400
+    assert set(response.json()) == {"taken_at"}
 
 
 def test_a_token_for_one_cluster_gets_403_on_another(cluster, controller) -> None:
