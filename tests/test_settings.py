@@ -123,7 +123,7 @@ def test_a_bad_value_stops_start_up_naming_the_variable(env: dict[str, str], mes
 
 
 def production(**env: str) -> dict[str, str]:
-    """The environment of a production process: DEBUG off, a real secret key."""
+    """The environment of a production process: DEBUG off, a real secret key and audit key."""
     clean = {k: v for k, v in os.environ.items() if k not in VARIABLES}
     return (
         clean
@@ -131,6 +131,7 @@ def production(**env: str) -> dict[str, str]:
             "DJANGO_SETTINGS_MODULE": "recovery_console.settings",
             "DEBUG": "false",
             "SECRET_KEY": secrets.token_urlsafe(50),
+            "AUDIT_HMAC_KEY": secrets.token_urlsafe(50),
             "ALLOWED_HOSTS": "127.0.0.1",
         }
         | env
