@@ -218,8 +218,7 @@ def _still_excluded(attempt: Attempt, health: list[NodeHealth]) -> set[str]:
 
 
 def _isolated(health: NodeHealth, since: datetime) -> bool:
-    drained = health.state == NodeHealthState.DRAINED
-    return isolated_since(drained, health.excluded_at, health.drained_at, since)
+    return isolated_since(health.excluded_at, health.drained_at, since)
 
 
 def _advice_fields(cluster: Cluster, attempt: Attempt, verdict: Verdict) -> dict[str, Any]:

@@ -81,7 +81,9 @@ def strikes_since(strikes: Iterable[Mapping[str, object]], since: datetime, anom
 
 
 def isolated_since(
-    drained: bool, excluded_at: datetime | None, drained_at: datetime | None, since: datetime
+    excluded_at: datetime | None, drained_at: datetime | None, since: datetime
 ) -> bool:
-    """Whether a node counts against the circuit breaker: drained, or taken out in the window."""
-    return drained or any(t is not None and t >= since for t in (excluded_at, drained_at))
+    """Whether a node counts against the circuit breaker: taken out (excluded or drained) within
+    its window. The breaker limits how fast nodes are taken out, not how many stay out: a node
+    drained hours ago is not what a bad rule emptying the cluster now looks like."""
+    return any(t is not None and t >= since for t in (excluded_at, drained_at))

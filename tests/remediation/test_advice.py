@@ -219,3 +219,32 @@ def test_settled_advice_is_not_judged_again_when_later_evidence_arrives(cluster)
     # Evidence keeps arriving for the attempt after the advice was carried out.
     type(anomaly).objects.filter(pk=anomaly.pk).update(updated_at=T0 + timedelta(minutes=5))
     assert services.advise_cluster(cluster, T0 + timedelta(minutes=6)) == 0
+
+
+def drained(cluster, *names, at):
+    for name in names:
+        NodeHealth.objects.create(
+            cluster=cluster, name=name, state="drained", drained_at=at, drain_reason="earlier"
+        )
+
+
+def test_nodes_drained_hours_ago_do_not_hold_the_circuit_breaker_shut(cluster) -> None:
+    # 20 nodes, at most 10% taken out per hour: two drained long ago leave room for n2.
+    drained(cluster, "n5", "n6", at=T0 - timedelta(hours=3))
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    advice = Advice.objects.get()
+    # Drained nodes stay excluded; n2 joins them.
+    assert advice.exclude_nodes == ["n2", "n5", "n6"]
+    assert not any("circuit breaker" in reason for reason in advice.reasons)
+
+
+def test_nodes_taken_out_within_the_window_still_count_against_the_circuit_breaker(
+    cluster,
+) -> None:
+    drained(cluster, "n5", "n6", at=T0 - timedelta(minutes=10))
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    advice = Advice.objects.get()
+    assert advice.exclude_nodes == ["n5", "n6"]
+    assert any(reason.startswith("circuit breaker") for reason in advice.reasons)
