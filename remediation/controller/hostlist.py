@@ -22,11 +22,12 @@ def expand_hostlist(text: str) -> tuple[str, ...]:
     text = text.strip()
     if text in EMPTY:
         return ()
-    names: list[str] = []
-    for entry in _split_top_level(text):
-        # Counted before anything is expanded: a short text must not cost a large allocation.
-        names.extend(_expand_entry(entry, MAX_HOSTS - len(names)))
-    return tuple(names)
+    entries = [_parse_entry(entry) for entry in _split_top_level(text)]
+    # Counted before anything is expanded: a short text must not cost a large allocation.
+    budget = MAX_HOSTS
+    for _, ranges in entries:
+        budget -= _count(ranges, budget)
+    return tuple(name for literals, ranges in entries for name in _expand(literals, ranges))
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -53,17 +54,26 @@ def _split_top_level(text: str) -> list[str]:
     return entries
 
 
-def _expand_entry(entry: str, budget: int) -> list[str]:
+Ranges = list[list[tuple[str, str]]]
+
+
+def _parse_entry(entry: str) -> tuple[list[str], Ranges]:
     # "a[1-2]b[3]c" -> literals ["a", "b", "c"] between bracket bodies ["1-2", "3"]
     parts = re.split(r"\[([^\]]*)\]", entry)
-    literals, bodies = parts[0::2], parts[1::2]
-    ranges = [_ranges(body, entry) for body in bodies]
+    return parts[0::2], [_ranges(body, entry) for body in parts[1::2]]
+
+
+def _count(ranges: Ranges, budget: int) -> int:
+    """How many names an entry stands for; more than ``budget`` raises at once."""
     total = 1
     for body in ranges:
         total *= sum(int(high) - int(low) + 1 for low, high in body)
-        # Checked before expanding, so a huge product fails at once instead of eating memory.
         if total > budget:
             raise ValueError(f"hostlist expands to more than {MAX_HOSTS} names")
+    return total
+
+
+def _expand(literals: list[str], ranges: Ranges) -> list[str]:
     choices = [
         [str(n).zfill(len(low)) for low, high in body for n in range(int(low), int(high) + 1)]
         for body in ranges
