@@ -62,6 +62,11 @@ def test_it_prints_one_document_with_the_stable_keys(quick: tuple[dict, Path]) -
     assert "ERE" in signatures["grep_patterns"]
     assert all(number(result["cycle"][k]) for k in ("workloads", "seconds", "queries"))
     assert result["cycle"]["workloads"] == 200 and result["cycle"]["queries"] > 0
+    # The controller's side at that scale: its snapshot posts and its polls of the advice list.
+    snapshot = result["cycle"]["parts"]["snapshot"]
+    assert number(snapshot["seconds_p95"]) and snapshot["seconds_p95"] >= snapshot["seconds"]
+    reads = result["cycle"]["advice_reads"]
+    assert reads["reads"] > 0 and number(reads["seconds_p95"]) and number(reads["active_advice"])
     assert number(result["peak_rss_mb"]) and result["peak_rss_mb"] > 0
     effective = result["effective_training_time"]
     assert all(0 <= effective[k] <= 1 for k in ("with_loop", "manual_baseline"))
