@@ -101,14 +101,18 @@ def _keep_matches(
 ) -> bool:
     scan = config.library.scan([line.text for line in lines], [line.host for line in lines])
     wanted: dict[int, str] = {}
+    explaining = False
     for finding in scan.groups:
+        # A node-local event alone (a link that went down) fails nothing, but it is kept: it
+        # explains a hang or the failures that may follow.
+        explaining |= finding.role is Role.CONTEXT and finding.implicates_node
         for number in finding.line_numbers[:MAX_REPEATS_KEPT]:
             wanted[number] = finding.role.value
         if finding.category.value == "application_error":
             start = max(1, finding.first_line - TRACEBACK_LINES)
             for number in range(start, finding.first_line):
                 wanted.setdefault(number, "context")
-    if not any(role != Role.CONTEXT.value for role in wanted.values()):
+    if not explaining and not any(role != Role.CONTEXT.value for role in wanted.values()):
         return False
     kept = list(monitor.matched_lines)
     for number in sorted(wanted)[: max(0, MAX_KEPT_LINES - len(kept))]:

@@ -308,6 +308,41 @@ def _diagnose_from_logs(
     summary.count(record_interruption(attempt, found, now))
 
 
+def _explained_hang(
+    attempt: Attempt, monitor: AttemptMonitor, hang: Interruption, config: DetectorConfig
+) -> Interruption:
+    """A silent job whose kept lines show a node-local event first (a link of one of its nodes
+    went down) hangs because of that node: the hang is attributed to it."""
+    kept = monitor.matched_lines
+    if not kept:
+        return hang
+    context = DiagnosisContext(nodes=tuple(attempt.nodes), tasks_per_node=_tasks_per_node(attempt))
+    found = diagnose_lines(
+        [entry["text"] for entry in kept],
+        context,
+        library=config.library,
+        host_hints=[entry.get("host") for entry in kept],
+        silent=True,
+    )
+    if not (found.is_failure and found.node_local and found.hosts):
+        return hang
+    evidence = tuple(
+        _log_evidence(kept[item.line - 1], item.signature)
+        for item in found.evidence
+        if item.line is not None
+    )
+    return dataclasses.replace(
+        found,
+        kind=hang.kind,
+        summary=f"{hang.summary}, after {found.summary[:1].lower()}{found.summary[1:]}",
+        evidence=(*evidence, *hang.evidence),
+        first_evidence_at=min(
+            [e.at for e in evidence if e.at] + [hang.first_evidence_at or attempt.first_seen_at]
+        ),
+        job_id=hang.job_id,
+    )
+
+
 def _log_evidence(entry: dict[str, Any], signature: str) -> Evidence:
     return Evidence(
         text=entry["text"],
@@ -382,7 +417,7 @@ def _check_running_attempts(
     metrics_down = metrics is not None and not metrics.reachable
     by_host = _utilisation_by_host(samples)
     counts_from = gaps.silence_counts_from(cluster, [r.name for r in progress_sources])
-    verdicts: list[tuple[Attempt, monitors.Verdicts]] = []
+    verdicts: list[tuple[Attempt, AttemptMonitor, monitors.Verdicts]] = []
     for attempt in running.select_related("monitor"):
         monitor = monitors.load(attempt)
         before = monitor.progress
@@ -392,15 +427,17 @@ def _check_running_attempts(
         found = monitors.check(monitor, attempt, now, config, utilisation, samples, counts_from)
         if monitor.progress != before:
             monitor.save()  # most scans change nothing for most running attempts
-        verdicts.append((attempt, found))
-    overdue = [v.overdue for _, v in verdicts if v.overdue is not None]
+        verdicts.append((attempt, monitor, found))
+    overdue = [v.overdue for _, _, v in verdicts if v.overdue is not None]
     state = gaps.update_gaps(cluster, now, progress_sources, metrics, overdue, len(verdicts))
-    for attempt, found in verdicts:
+    for attempt, monitor, found in verdicts:
         hang, slow = found.hang, found.slow
         if state.logs_in_gap:
             # No signal is not no progress; what the GPUs say still counts.
             hang = None if found.silent else hang
             slow = None
+        if hang is not None and found.silent and attempt.pk not in interrupted:
+            hang = _explained_hang(attempt, monitor, hang, config)
         with transaction.atomic():
             if hang is not None and attempt.pk not in interrupted:
                 summary.count(record_interruption(attempt, hang, now))

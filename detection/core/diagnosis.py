@@ -69,14 +69,16 @@ def diagnose_lines(
     *,
     library: SignatureLibrary | None = None,
     host_hints: Sequence[str | None] | None = None,
+    silent: bool = False,
 ) -> Interruption:
-    """Diagnose decoded lines (one entry per line)."""
+    """Diagnose decoded lines (one entry per line). ``silent``: the job is known to have gone
+    silent, a consequence the lines themselves may not show."""
     scan = scan_lines(lines, library=library, host_hints=host_hints)
     found = trend_findings(lines)
     if found:
         groups = sorted((*scan.groups, *found), key=lambda g: (g.first_line, g.signature))
         scan = dataclasses.replace(scan, groups=tuple(groups))
-    return diagnose_scan(scan, context)
+    return diagnose_scan(scan, context, silent=silent)
 
 
 def diagnose_bytes(
@@ -102,7 +104,9 @@ def diagnose_log_lines(
     return diagnose_lines(texts, context, library=library or default_library(), host_hints=hints)
 
 
-def diagnose_scan(scan: ScanResult, context: DiagnosisContext | None = None) -> Interruption:
+def diagnose_scan(
+    scan: ScanResult, context: DiagnosisContext | None = None, *, silent: bool = False
+) -> Interruption:
     """The decision step: match groups in, the interruption (kind ``none`` if healthy) out."""
     ctx = (context or DiagnosisContext()).with_excerpt_layout(scan.placements)
     initiating = scan.by_role(Role.INITIATING)
@@ -116,9 +120,9 @@ def diagnose_scan(scan: ScanResult, context: DiagnosisContext | None = None) -> 
         initiating = tuple(f for f in initiating if f.attribution is not Attribution.SCHEDULER)
         cascades = (*cascades, *endings)
     explaining = [h for h in hints if h.implicates_node]
-    if not initiating and cascades and explaining:
-        # Only consequences were logged, but a node-local event (its link went down) came
-        # first: that event is why.
+    if not initiating and (cascades or silent) and explaining:
+        # Only consequences were logged (or the job fell silent), but a node-local event (its
+        # link went down) came first: that event is why.
         initiating, hints = tuple(explaining), tuple(h for h in hints if h not in explaining)
     if initiating:
         found = _from_initiating(_primary(initiating, ctx), initiating, cascades, hints, ctx)

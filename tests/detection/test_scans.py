@@ -157,3 +157,42 @@ def test_the_dispatch_task_runs_a_cycle_of_each_due_cluster(site) -> None:
     append(output, PROGRESS.format(n=1))
     assert dispatch_cycles.delay().get() == "1 cycles enqueued"
     assert SourceCursor.objects.get(source="job-files").last_success_at is not None
+
+
+def test_a_job_that_falls_silent_after_a_link_of_its_node_went_down_hangs_because_of_it(
+    tmp_path: Path,
+) -> None:
+    logs, node_logs = tmp_path / "slurm-logs", tmp_path / "nodes"
+    logs.mkdir()
+    node_logs.mkdir()
+    cluster = services.create_cluster(
+        "user:alice",
+        "fabric",
+        telemetry={
+            "logs": {"type": "files", "path": str(logs), "node_logs_path": str(node_logs)},
+            "metrics": {"type": "none"},
+        },
+        scheduler={"backend": "slurm"},
+    )
+    job = JobRecordFactory(job_id="9101", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
+    services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
+    output = logs / "slurm-9101.out"
+    for minute in range(5):
+        append(output, PROGRESS.format(n=minute + 1))
+        scan.scan_cluster(cluster, T0 + timedelta(minutes=minute))
+    append(
+        node_logs / "gpu-node-002.log",
+        "Nov 29 12:05:10 gpu-node-002 kernel: mlx5_core 0000:5e:00.0: Port module event: "
+        "module 0, Cable unplugged\n",
+    )
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=6))
+    assert not Anomaly.objects.exists()  # a link event alone fails nothing
+    scan.scan_cluster(cluster, T0 + timedelta(hours=1))
+    hang = Anomaly.objects.get()
+    assert (hang.kind, hang.category, hang.implicated_hosts, hang.node_local) == (
+        "hang",
+        "interconnect_network",
+        ["gpu-node-002"],
+        True,
+    )
+    assert {e["signature"] for e in hang.evidence} >= {"ib_link_down", "progress"}
