@@ -5,8 +5,8 @@ The cycle is what runs every poll interval: detection's scan, the advice, and th
 cycle. Posting the scheduler's snapshot (which a real controller does at the start of its
 cycle) is measured beside it, through the Advisor API as a controller posts it, and so are a
 controller's polls of its advice list. Each part is timed on the wall clock and its database
-queries counted; the median (and the 95th percentile) of a few cycles is reported. The simulator's own work (advancing,
-scraping its GPUs) is not part of any figure.
+queries counted; the median (and the 95th percentile) of a few cycles is reported. The
+simulator's own work (advancing, scraping its GPUs) is not part of any figure.
 """
 
 from __future__ import annotations

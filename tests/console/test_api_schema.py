@@ -28,3 +28,34 @@ def test_the_schema_and_its_browsable_ui_are_served() -> None:
     docs = client.get("/api/v1/docs/")
     assert docs.status_code == 200
     assert b"swagger-ui" in docs.content
+
+
+@pytest.mark.django_db
+def test_every_null_the_api_returns_is_declared_nullable_in_the_schema() -> None:
+    """A client generated from the schema must not choke on a real answer: an audit entry
+    about a person has no cluster, an open mode request no decider."""
+    from recovery_console.console.api.tokens import rotate_token
+    from recovery_console.console.approval import request_action_mode
+    from recovery_console.fleet import services
+
+    cluster = services.create_cluster("user:alice", "research")
+    admin = UserFactory(username="root", roles=["viewer", "operator", "approver", "admin"])
+    rotate_token(admin)  # audited with no cluster
+    request_action_mode(admin, cluster)  # open: decided by nobody yet
+    client = APIClient()
+    client.force_login(admin)
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    components = schema["components"]["schemas"]
+    answers = {
+        "AuditEntry": client.get("/api/v1/audit-entries/").json()["results"],
+        "ModeChangeRequest": client.get("/api/v1/mode-requests/").json()["results"],
+    }
+    nulls = 0
+    for name, rows in answers.items():
+        properties = components[name]["properties"]
+        for row in rows:
+            for field, value in row.items():
+                if value is None:
+                    nulls += 1
+                    assert properties[field].get("nullable"), f"{name}.{field} is null"
+    assert nulls

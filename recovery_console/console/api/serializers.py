@@ -24,12 +24,14 @@ from remediation.models import Advice, NodeHealth
 
 
 # Clusters are named in URLs and filters, so payloads name them too rather than give a pk.
-def _cluster_name() -> serializers.SlugRelatedField:  # type: ignore[type-arg]
-    return serializers.SlugRelatedField(slug_field="name", read_only=True)
+def _cluster_name(nullable: bool = False) -> serializers.SlugRelatedField:  # type: ignore[type-arg]
+    return serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=nullable)
 
 
-def _username() -> serializers.SlugRelatedField:  # type: ignore[type-arg]
-    return serializers.SlugRelatedField(slug_field="username", read_only=True)
+def _username(nullable: bool = False) -> serializers.SlugRelatedField:  # type: ignore[type-arg]
+    return serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=nullable
+    )
 
 
 class ClusterSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -227,7 +229,7 @@ class LabelSerializer(serializers.Serializer):  # type: ignore[type-arg]
 class ModeChangeRequestSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     cluster = _cluster_name()
     requested_by = _username()
-    decided_by = _username()
+    decided_by = _username(nullable=True)
 
     class Meta:
         model = ModeChangeRequest
@@ -249,7 +251,7 @@ class ModeChangeRequestSerializer(serializers.ModelSerializer):  # type: ignore[
 class PolicyChangeRequestSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     cluster = _cluster_name()
     requested_by = _username()
-    decided_by = _username()
+    decided_by = _username(nullable=True)
     changes = serializers.DictField(read_only=True)
     base = serializers.DictField(read_only=True)
     why = serializers.ListField(child=serializers.CharField(), read_only=True)
@@ -384,7 +386,8 @@ class NodeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class AuditEntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
-    cluster = _cluster_name()
+    # Entries about people (a token issued) belong to no cluster.
+    cluster = _cluster_name(nullable=True)
 
     class Meta:
         model = AuditEntry
