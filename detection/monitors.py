@@ -22,7 +22,11 @@ from detection.core.detectors.hang import (
     check_hang,
     overdue_allowance,
 )
-from detection.core.detectors.straggler import ThroughputHistory, check_straggler
+from detection.core.detectors.straggler import (
+    ThroughputHistory,
+    check_straggler,
+    throttled_nodes,
+)
 from detection.core.interruption import Interruption
 from detection.core.progress import parse_progress
 from detection.core.telemetry import LogLine, MetricSample
@@ -151,9 +155,11 @@ def check(
         tracker = tracker.observe_gpus(now, utilisation, config.hang)
     _store_tracker(monitor, tracker)
     hang = check_hang(attempt.job_id, tracker, now, config.hang, silence_counts_from)
-    slow = check_straggler(
-        attempt.job_id, _history(monitor), samples, attempt.nodes, config.straggler
-    )
+    history = _history(monitor)
+    if utilisation is not None:  # metrics read: what they say of throttling is current
+        history = history.note_throttled(now, throttled_nodes(samples, attempt.nodes))
+        _store_history(monitor, history)
+    slow = check_straggler(attempt.job_id, history, samples, attempt.nodes, config.straggler, now)
     overdue = overdue_allowance(tracker, now, config.hang, silence_counts_from)
     return Verdicts(hang, slow, _divergence(monitor, attempt, now), overdue)
 
@@ -234,13 +240,22 @@ def _finite(value: float | None) -> float | None:
 def _history(monitor: AttemptMonitor) -> ThroughputHistory:
     data = monitor.throughput or {}
     times = tuple(datetime.fromisoformat(t) for t in data.get("times", ()))
-    return ThroughputHistory(values=tuple(data.get("values", ())), times=times)
+    throttled = tuple(
+        (str(host), datetime.fromisoformat(since), str(why))
+        for host, since, why in data.get("throttled", ())
+    )
+    return ThroughputHistory(values=tuple(data.get("values", ())), times=times, throttled=throttled)
 
 
 def _store_history(monitor: AttemptMonitor, history: ThroughputHistory) -> None:
     monitor.throughput = {
         "values": list(history.values),
         "times": [t.isoformat() for t in history.times],
+        **(
+            {"throttled": [[h, s.isoformat(), w] for h, s, w in history.throttled]}
+            if history.throttled
+            else {}
+        ),
     }
 
 

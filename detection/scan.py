@@ -420,12 +420,12 @@ def _check_running_attempts(
     verdicts: list[tuple[Attempt, AttemptMonitor, monitors.Verdicts]] = []
     for attempt in running.select_related("monitor"):
         monitor = monitors.load(attempt)
-        before = monitor.progress
+        before = (monitor.progress, monitor.throughput)
         utilisation = (
             None if metrics_down else [u for host in attempt.nodes for u in by_host.get(host, [])]
         )
         found = monitors.check(monitor, attempt, now, config, utilisation, samples, counts_from)
-        if monitor.progress != before:
+        if (monitor.progress, monitor.throughput) != before:
             monitor.save()  # most scans change nothing for most running attempts
         verdicts.append((attempt, monitor, found))
     overdue = [v.overdue for _, _, v in verdicts if v.overdue is not None]

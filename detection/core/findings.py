@@ -16,6 +16,7 @@ DETECTOR_FINDINGS = frozenset(
         "progress",
         "gpus_idle",
         "throughput_drop",
+        "gpu_throttled",
         "dcgm_xid",
         "dcgm_ecc_dbe",
         "dcgm_gpu_vanished",

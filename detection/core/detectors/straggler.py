@@ -35,6 +35,10 @@ class StragglerSettings:
     window_samples: int = 5
     drop_fraction: float = 0.20
     outlier_score: float = 3.5
+    # A node whose GPUs stay throttled (thermal, power brake) this long, clocked well below the
+    # job's fastest, slows the job even when it was slow from the start (no baseline to drop
+    # from): a job restarted onto a node with a failed fan.
+    throttled_seconds: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,17 @@ class ThroughputHistory:
 
     values: tuple[float, ...] = ()
     times: tuple[datetime, ...] = ()
+    # Since when each of the job's nodes has had a throttled GPU, and why.
+    throttled: tuple[tuple[str, datetime, str], ...] = ()
+
+    def note_throttled(self, at: datetime, now_throttled: dict[str, str]) -> ThroughputHistory:
+        """Keep when each node's throttling began; a node no longer throttled is forgotten."""
+        since = {host: (start, why) for host, start, why in self.throttled}
+        kept = tuple(
+            (host, since.get(host, (at, why))[0], why)
+            for host, why in sorted(now_throttled.items())
+        )
+        return replace(self, throttled=kept)
 
     def add(self, at: datetime, value: float, settings: StragglerSettings) -> ThroughputHistory:
         keep = settings.baseline_samples + settings.window_samples
@@ -122,17 +137,63 @@ def _low_outliers(values: dict[GpuKey, float], threshold: float) -> dict[GpuKey,
     return {k: (median - v) / scale for k, v in values.items() if (median - v) / scale > threshold}
 
 
+def throttled_nodes(samples: Iterable[MetricSample], nodes: Iterable[str]) -> dict[str, str]:
+    """The job's nodes with a GPU reporting thermal or power slowdown well below the job's
+    fastest GPU, with why."""
+    return {host: why for (host, _gpu), why in _throttled(_per_gpu(samples, set(nodes))).items()}
+
+
+def _throttled_for_long(
+    job_id: str, history: ThroughputHistory, settings: StragglerSettings, now: datetime | None
+) -> Interruption | None:
+    if now is None:
+        return None
+    long = [
+        (host, since, why)
+        for host, since, why in history.throttled
+        if (now - since).total_seconds() >= settings.throttled_seconds
+    ]
+    if not long:
+        return None
+    hosts = tuple(host for host, _, _ in long)
+    started = min(since for _, since, _ in long)
+    summary = (
+        f"GPUs of {', '.join(hosts)} throttled for more than {settings.throttled_seconds:.0f} s"
+    )
+    return Interruption(
+        kind=Kind.STRAGGLER,
+        category=Category.STRAGGLER,
+        attribution=Attribution.NONE,
+        confidence=Confidence(0.6, ConfidenceLabel.SUPPORTED),
+        root_cause="straggler:" + ",".join(hosts),
+        summary=summary,
+        explanation=summary,
+        hosts=hosts,
+        evidence=tuple(
+            Evidence(at=since, source="metrics", text=why, host=host, signature="gpu_outlier")
+            for host, since, why in long
+        ),
+        signature="gpu_throttled",
+        node_local=True,
+        host_origins=tuple((host, HostOrigin.DETECTOR) for host in hosts),
+        first_evidence_at=started,
+        job_id=job_id,
+    )
+
+
 def check_straggler(
     job_id: str,
     history: ThroughputHistory,
     samples: Iterable[MetricSample],
     nodes: Iterable[str],
     settings: StragglerSettings,
+    now: datetime | None = None,
 ) -> Interruption | None:
-    """A slowdown when throughput has dropped; names outlier nodes if metrics allow."""
+    """A slowdown when throughput has dropped (naming outlier nodes if metrics allow), or when
+    a node's GPUs have stayed throttled well below the job's fastest."""
     drop = throughput_drop(history, settings)
     if drop is None:
-        return None
+        return _throttled_for_long(job_id, history, settings, now)
     baseline, recent = drop
     culprits = outlier_nodes(samples, nodes, settings)
     started = history.times[-settings.window_samples]

@@ -5,6 +5,7 @@ from detection.core.detectors.straggler import (
     ThroughputHistory,
     check_straggler,
     outlier_nodes,
+    throttled_nodes,
 )
 from detection.core.telemetry import MetricSample
 
@@ -90,3 +91,33 @@ def test_throttle_bits_at_full_clock_do_not_name_a_node() -> None:
         )
     ]
     assert outlier_nodes(samples, NODES[:2], SETTINGS) == {}
+
+
+def watched(throttled_for: list[bool], slow: str = "gpu-node-004") -> ThroughputHistory:
+    """A job slow from its start (no drop to see), scraped every 30 s."""
+    h = history([120.0] * 25)
+    for n, throttled in enumerate(throttled_for):
+        samples = gpu_metrics(slow=slow if throttled else None)
+        h = h.note_throttled(T0 + timedelta(seconds=30 * n), throttled_nodes(samples, NODES))
+    return h
+
+
+def test_a_node_throttled_from_the_start_is_a_straggler_once_it_stays_throttled() -> None:
+    h = watched([True] * 5)  # 120 s of throttling by the fifth scrape
+    finding = check_straggler("7", h, [], NODES, SETTINGS, now=T0 + timedelta(seconds=120))
+    assert finding is not None
+    assert (finding.hosts, finding.node_local, finding.signature) == (
+        ("gpu-node-004",),
+        True,
+        "gpu_throttled",
+    )
+    assert "reasons 0x20" in finding.evidence[0].text
+
+
+def test_throttling_that_does_not_last_is_no_straggler() -> None:
+    h = watched([True, True, False, True, True])  # it stopped: the clock starts again
+    assert check_straggler("7", h, [], NODES, SETTINGS, now=T0 + timedelta(seconds=120)) is None
+    assert (
+        check_straggler("7", watched([True] * 3), [], NODES, SETTINGS, T0 + timedelta(seconds=60))
+        is None
+    )
