@@ -151,7 +151,7 @@ class AdvisorClient:
 
     def __init__(self, cluster: Cluster) -> None:
         secret = issue_controller_token(ACTOR, cluster, "bench").secret
-        self.client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+        self.client = Client(SERVER_NAME="localhost", HTTP_AUTHORIZATION=f"Bearer {secret}")
         self.base = f"/api/v1/advisor/{cluster.name}"
 
     def post_snapshot(self, snapshot: ClusterSnapshot) -> None:
