@@ -416,6 +416,11 @@ def _check_running_attempts(
     # Unread metrics say nothing of the GPUs: an idle spell seen before is not carried over.
     metrics_down = metrics is not None and not metrics.reachable
     by_host = _utilisation_by_host(samples)
+    # Each attempt is shown its own nodes' samples only: the detectors compare its GPUs, and
+    # scanning the whole cluster's samples per attempt would cost attempts x GPUs.
+    samples_of: dict[str, list[MetricSample]] = defaultdict(list)
+    for sample in samples:
+        samples_of[sample.host].append(sample)
     counts_from = gaps.silence_counts_from(cluster, [r.name for r in progress_sources])
     verdicts: list[tuple[Attempt, AttemptMonitor, monitors.Verdicts]] = []
     for attempt in running.select_related("monitor"):
@@ -424,7 +429,8 @@ def _check_running_attempts(
         utilisation = (
             None if metrics_down else [u for host in attempt.nodes for u in by_host.get(host, [])]
         )
-        found = monitors.check(monitor, attempt, now, config, utilisation, samples, counts_from)
+        own = [sample for host in attempt.nodes for sample in samples_of.get(host, ())]
+        found = monitors.check(monitor, attempt, now, config, utilisation, own, counts_from)
         if (monitor.progress, monitor.throughput) != before:
             monitor.save()  # most scans change nothing for most running attempts
         verdicts.append((attempt, monitor, found))
