@@ -4,7 +4,6 @@ update of the cluster's pages. The only writer of ``TelemetryGap`` rows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import transaction
@@ -16,20 +15,6 @@ from recovery_console.fleet.models import Cluster
 from .models import TelemetryGap
 
 ACTOR = "system:detection"
-
-
-@dataclass
-class GapState:
-    """The gaps open after this cycle, by the kind of source."""
-
-    logs: list[TelemetryGap] = field(default_factory=list)
-    metrics: list[TelemetryGap] = field(default_factory=list)
-    # A log gap that ended in this very cycle: its silence is not yet behind the jobs.
-    logs_just_closed: bool = False
-
-    @property
-    def logs_in_gap(self) -> bool:
-        return bool(self.logs) or self.logs_just_closed
 
 
 def silence_counts_from(cluster: Cluster, sources: list[str]) -> datetime | None:
@@ -51,22 +36,19 @@ def update_gaps(
     metrics_reading: SourceReading | None,
     overdue_silences: list[float],
     running_jobs: int,
-) -> GapState:
-    """Open, keep or close each source's gap from what this cycle read."""
-    state = GapState()
+) -> bool:
+    """Open, keep or close each source's gap from what this cycle read. True when the logs'
+    verdicts must wait: a log source is in a gap, or its gap ended in this very cycle (its
+    silence is not yet behind the jobs)."""
+    logs_wait = False
     for reading in log_readings:
         reason = gap_reason(reading, now, overdue_silences)
         gap, closed = _settle(cluster, reading, reason, now, running_jobs)
-        state.logs_just_closed |= closed
-        if gap is not None:
-            state.logs.append(gap)
+        logs_wait |= gap is not None or closed
     if metrics_reading is not None:
         # Metrics feed no silence verdict of their own: only an unreachable source is a gap.
-        reason = gap_reason(metrics_reading, now, [])
-        gap, _ = _settle(cluster, metrics_reading, reason, now, running_jobs)
-        if gap is not None:
-            state.metrics.append(gap)
-    return state
+        _settle(cluster, metrics_reading, gap_reason(metrics_reading, now, []), now, running_jobs)
+    return logs_wait
 
 
 def _settle(

@@ -283,27 +283,15 @@ def _diagnose_from_logs(
     config: DetectorConfig,
     summary: ScanSummary,
 ) -> None:
-    kept = monitor.matched_lines
-    context = DiagnosisContext(nodes=tuple(attempt.nodes), tasks_per_node=_tasks_per_node(attempt))
-    found = diagnose_lines(
-        [entry["text"] for entry in kept],
-        context,
-        library=config.library,
-        host_hints=[entry.get("host") for entry in kept],
-    )
+    found, evidence = _diagnose_kept(attempt, monitor, config)
     if not found.is_failure:
         return
-    # The diagnosis numbers lines within the kept excerpt; the evidence carries real ones.
-    evidence = tuple(
-        _log_evidence(kept[item.line - 1], item.signature)
-        for item in found.evidence
-        if item.line is not None
-    )
     found = dataclasses.replace(
         found,
-        evidence=evidence,
         first_evidence_at=min((e.at for e in evidence if e.at), default=now),
-        occurrences=sum(1 for entry in kept if entry.get("role") != Role.CONTEXT.value),
+        occurrences=sum(
+            1 for entry in monitor.matched_lines if entry.get("role") != Role.CONTEXT.value
+        ),
     )
     summary.count(record_interruption(attempt, found, now))
 
@@ -313,24 +301,11 @@ def _explained_hang(
 ) -> Interruption:
     """A silent job whose kept lines show a node-local event first (a link of one of its nodes
     went down) hangs because of that node: the hang is attributed to it."""
-    kept = monitor.matched_lines
-    if not kept:
+    if not monitor.matched_lines:
         return hang
-    context = DiagnosisContext(nodes=tuple(attempt.nodes), tasks_per_node=_tasks_per_node(attempt))
-    found = diagnose_lines(
-        [entry["text"] for entry in kept],
-        context,
-        library=config.library,
-        host_hints=[entry.get("host") for entry in kept],
-        silent=True,
-    )
+    found, evidence = _diagnose_kept(attempt, monitor, config, silent=True)
     if not (found.is_failure and found.node_local and found.hosts):
         return hang
-    evidence = tuple(
-        _log_evidence(kept[item.line - 1], item.signature)
-        for item in found.evidence
-        if item.line is not None
-    )
     return dataclasses.replace(
         found,
         kind=hang.kind,
@@ -341,6 +316,28 @@ def _explained_hang(
         ),
         job_id=hang.job_id,
     )
+
+
+def _diagnose_kept(
+    attempt: Attempt, monitor: AttemptMonitor, config: DetectorConfig, *, silent: bool = False
+) -> tuple[Interruption, tuple[Evidence, ...]]:
+    """The diagnosis of the attempt's kept lines, its evidence numbered as the lines really
+    were (the diagnosis numbers them within the kept excerpt)."""
+    kept = monitor.matched_lines
+    context = DiagnosisContext(nodes=tuple(attempt.nodes), tasks_per_node=_tasks_per_node(attempt))
+    found = diagnose_lines(
+        [entry["text"] for entry in kept],
+        context,
+        library=config.library,
+        host_hints=[entry.get("host") for entry in kept],
+        silent=silent,
+    )
+    evidence = tuple(
+        _log_evidence(kept[item.line - 1], item.signature)
+        for item in found.evidence
+        if item.line is not None
+    )
+    return dataclasses.replace(found, evidence=evidence), evidence
 
 
 def _log_evidence(entry: dict[str, Any], signature: str) -> Evidence:
@@ -435,10 +432,10 @@ def _check_running_attempts(
             monitor.save()  # most scans change nothing for most running attempts
         verdicts.append((attempt, monitor, found))
     overdue = [v.overdue for _, _, v in verdicts if v.overdue is not None]
-    state = gaps.update_gaps(cluster, now, progress_sources, metrics, overdue, len(verdicts))
+    logs_wait = gaps.update_gaps(cluster, now, progress_sources, metrics, overdue, len(verdicts))
     for attempt, monitor, found in verdicts:
         hang, slow = found.hang, found.slow
-        if state.logs_in_gap:
+        if logs_wait:
             # No signal is not no progress; what the GPUs say still counts.
             hang = None if found.silent else hang
             slow = None
