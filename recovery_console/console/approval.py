@@ -70,19 +70,28 @@ def approve_mode_request(user: Any, request: ModeChangeRequest) -> ModeChangeReq
     raise _refused(user, request, refusal, measured)
 
 
-def _approval_refusal(
-    user: Any, request: ModeChangeRequest, cluster: Cluster, measured: Agreement
-) -> ApprovalRefused | None:
+def second_person_refusal(user: Any, request: Any, approving: str) -> ApprovalRefused | None:
+    """Why ``user`` may not approve a pending two-person request (a mode or a settings
+    change), or None: it must still be pending, and the approver someone other than who asked."""
     if request.status != ModeRequestStatus.PENDING:
         return ApprovalRefused(f"this request was already {request.status}")
     if not has_role(user, APPROVER):
-        return RoleMissing("approving action mode needs the approver role")
+        return RoleMissing(f"approving {approving} needs the approver role")
     # Four eyes: holding the approver role is not enough when you are the one who asked.
     if request.requested_by_id == user.pk:
         return ApprovalRefused(
             "you asked for this change yourself: a second person with the approver role"
             " must approve it"
         )
+    return None
+
+
+def _approval_refusal(
+    user: Any, request: ModeChangeRequest, cluster: Cluster, measured: Agreement
+) -> ApprovalRefused | None:
+    refused = second_person_refusal(user, request, "action mode")
+    if refused is not None:
+        return refused
     if cluster.mode == ClusterMode.ACTION:
         return ApprovalRefused(f"{cluster.name} is already in action mode")
     # Enforced now, not when asked: the agreement may have dropped since the request.

@@ -20,9 +20,10 @@ from recovery_console.fleet import services as fleet
 from recovery_console.fleet.models import Cluster, ClusterMode
 from remediation.core.policy import InvalidPolicy, parse_policy
 
+from .approval import second_person_refusal
 from .models import ModeRequestStatus, PolicyChangeRequest
-from .reviews import ApprovalRefused, RoleMissing, _require, actor_of
-from .roles import APPROVER, OPERATOR, has_role
+from .reviews import ApprovalRefused, _require, actor_of
+from .roles import APPROVER, OPERATOR
 
 GATE = ("approval_min_agreement", "approval_min_labelled", "approval_window_days")
 # What decides what the cluster does to jobs: in action mode, changing it needs a second person.
@@ -117,15 +118,9 @@ def approve_policy_request(user: Any, request: PolicyChangeRequest) -> PolicyCha
 def _approval_refusal(
     user: Any, request: PolicyChangeRequest, cluster: Cluster
 ) -> ApprovalRefused | None:
-    if request.status != ModeRequestStatus.PENDING:
-        return ApprovalRefused(f"this request was already {request.status}")
-    if not has_role(user, APPROVER):
-        return RoleMissing("approving a settings change needs the approver role")
-    if request.requested_by_id == user.pk:
-        return ApprovalRefused(
-            "you asked for this change yourself: a second person with the approver role"
-            " must approve it"
-        )
+    refused = second_person_refusal(user, request, "a settings change")
+    if refused is not None:
+        return refused
     moved = sorted(k for k, v in request.base.items() if getattr(cluster, k) != v)
     if moved:
         # Approving would silently undo what changed meanwhile: the change is asked for again.
