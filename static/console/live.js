@@ -23,6 +23,29 @@
     return active && block.contains(active) && /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName);
   }
 
+  // Text typed into a row's box (a review comment) survives a refresh of the block: rows are
+  // found again by their data-advice (or id), boxes by their name.
+  function draftKey(box) {
+    var row = box.closest("[data-advice], [id]");
+    return row ? (row.dataset.advice || row.id) + "/" + box.name : null;
+  }
+
+  function unsavedText(block) {
+    var drafts = {};
+    block.querySelectorAll("textarea").forEach(function (box) {
+      var key = draftKey(box);
+      if (key && box.value) { drafts[key] = box.value; }
+    });
+    return drafts;
+  }
+
+  function restoreText(block, drafts) {
+    block.querySelectorAll("textarea").forEach(function (box) {
+      var key = draftKey(box);
+      if (key && drafts[key] && !box.value) { box.value = drafts[key]; }
+    });
+  }
+
   function refresh(block) {
     if (editing(block)) {
       block.dataset.stale = "1";
@@ -32,7 +55,10 @@
       .then(function (response) { return response.ok ? response.text() : null; })
       .then(function (html) {
         if (html === null) { return; }
+        if (editing(block)) { block.dataset.stale = "1"; return; }  // they started typing meanwhile
+        var drafts = unsavedText(block);
         block.innerHTML = html;
+        restoreText(block, drafts);
         block.dataset.refreshed = String(Number(block.dataset.refreshed || 0) + 1);
         if (window.ConsoleCharts) { window.ConsoleCharts.render(block); }
         block.dispatchEvent(new CustomEvent("live:refreshed", { bubbles: true }));

@@ -162,6 +162,10 @@ class ConsoleBrowserTestCase(ChannelsLiveServerTestCase):  # type: ignore[misc]
             "the page's websockets to open",
         )
 
+    def selected_advice(self) -> str:
+        """The advice the review queue has selected, as its page shows it."""
+        return str(self.driver.execute_script("return document.body.dataset.selectedAdvice || ''"))
+
     def press(self, *keys: str) -> None:
         """Keys to whatever has the focus, as a person typing."""
         for key in keys:

@@ -57,6 +57,7 @@ class ReviewQueueTests(ConsoleBrowserTestCase):
         self.wait_until(lambda: Review.objects.filter(advice_id=first).exists(), "label 1")
         self.press("d", "3")  # disagree with the second: I would have stopped it
         self.wait_until(lambda: Review.objects.filter(advice_id=second).exists(), "label 2")
+        self.wait_until(lambda: self.selected_advice() == str(third), "the third to be selected")
         self.press("c", "the Xid is on another node", "\n", "a")  # comment, then agree
         self.wait_until(lambda: Review.objects.filter(advice_id=third).exists(), "label 3")
 
@@ -66,6 +67,32 @@ class ReviewQueueTests(ConsoleBrowserTestCase):
         self.assertEqual(labels[third].comment, "the Xid is on another node")
         self.wait_until(lambda: self.finds("#queue-empty"), "the queue to be empty")
         self.assertEqual(self.find("[data-waiting]").text, "0")
+
+    def test_a_comment_being_typed_survives_a_live_refresh_of_the_queue(self) -> None:
+        cluster = research_cluster()
+        advice_on(cluster, 2)
+        self.person("rita", "reviewer", password=PASSWORD)
+        olga = self.person("olga", "reviewer")
+        self.log_in_with_the_form("rita", PASSWORD)
+        self.open("/reviews/")
+        self.wait_for_live_updates()
+        mine, theirs = (
+            Advice.objects.get(pk=item.get_attribute("data-advice")) for item in self.finds(".item")
+        )
+        self.wait_until(lambda: self.selected_advice() == str(mine.pk), "the first advice selected")
+
+        self.press("c", "checked the node's syslog")
+        refreshed = int(self.find("#queue-live").get_attribute("data-refreshed") or 0)
+        reviews.label_advice(olga, theirs, agrees=True)  # the queue changes while rita types
+        self.press("\n")  # leave the box: the refresh held back while typing runs now
+        self.wait_until(
+            lambda: int(self.find("#queue-live").get_attribute("data-refreshed") or 0) > refreshed,
+            "the queue to be refreshed",
+        )
+        self.wait_until(lambda: self.selected_advice() == str(mine.pk), "the advice kept selected")
+        self.press("a")
+        self.wait_until(lambda: Review.objects.filter(advice=mine).exists(), "rita's label")
+        self.assertEqual(Review.objects.get(advice=mine).comment, "checked the node's syslog")
 
 
 class ModeApprovalTests(ConsoleBrowserTestCase):
