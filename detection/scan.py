@@ -28,7 +28,7 @@ from detection.core.detectors.gpu_faults import detect_metric_faults, read_scrap
 from detection.core.detectors.scheduler import scheduler_interruption
 from detection.core.diagnosis import diagnose_lines
 from detection.core.gaps import SourceReading
-from detection.core.interruption import Evidence, Interruption
+from detection.core.interruption import Evidence, HostOrigin, Interruption
 from detection.core.telemetry import Dcgm, LogLine, MetricSample
 from detection.sources.base import LogSource, SourceUnavailable
 from detection.sources.config import ClusterSources
@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 ACTOR = "system:detection"
 # Lines of an attempt may arrive after the scheduler reports its end (slow shippers, buffers).
 LATE_LINES = timedelta(minutes=15)
+# How far a node's system-log line may fall outside an attempt's run and still be its own: the
+# clocks of nodes and the scheduler differ a little, and unstamped lines carry their read time.
+NODE_LINE_SLACK = timedelta(seconds=60)
 # An ended attempt the scheduler calls a failure gets an anomaly if it ended this recently.
 RECENT_ENDINGS = timedelta(days=1)
 MAX_BATCHES_PER_SCAN = 10
@@ -213,7 +216,8 @@ def _route_lines(
     cluster: Cluster, lines: Sequence[LogLine], now: datetime
 ) -> tuple[list[tuple[Attempt, list[LogLine]]], dict[str, list[LogLine]]]:
     """Each job line goes to the latest attempt of its job; a node's system-log line to the
-    attempts running on that node. Lines of jobs not reported yet wait in PendingLines."""
+    attempts that ran on that node when it was written. Lines of jobs not reported yet wait in
+    PendingLines."""
     job_ids = {line.job_id for line in lines if line.job_id}
     latest = _latest_attempts(cluster, job_ids)
     on_host = _attempts_by_host(cluster, now) if any(line.host for line in lines) else {}
@@ -222,7 +226,9 @@ def _route_lines(
     orphans: dict[str, list[LogLine]] = defaultdict(list)
     for line in lines:
         targets = (
-            [latest[line.job_id]] if line.job_id in latest else on_host.get(line.host or "", [])
+            [latest[line.job_id]]
+            if line.job_id in latest
+            else _ran_on_host_at(on_host.get(line.host or "", []), line.at)
         )
         if not targets and line.job_id:
             orphans[line.job_id].append(line)
@@ -239,6 +245,21 @@ def _latest_attempts(cluster: Cluster, job_ids: Iterable[str]) -> dict[str, Atte
     ):
         latest[attempt.job_id] = attempt
     return latest
+
+
+def _ran_on_host_at(attempts: Sequence[Attempt], at: datetime) -> list[Attempt]:
+    """The attempts a node's line belongs to: those running on the node when it was written,
+    else one that had just ended (a line stamped when it was read may trail the end a little).
+    A kernel error minutes after an attempt ended is the next job's, not evidence against it."""
+    running = [
+        a
+        for a in attempts
+        if (a.started_at or a.first_seen_at) - NODE_LINE_SLACK <= at
+        and (a.ended_at is None or at <= a.ended_at)
+    ]
+    if running:
+        return running
+    return [a for a in attempts if a.ended_at and a.ended_at < at <= a.ended_at + NODE_LINE_SLACK]
 
 
 def _attempts_by_host(cluster: Cluster, now: datetime) -> dict[str, list[Attempt]]:
@@ -315,6 +336,44 @@ def _explained_hang(
             [e.at for e in evidence if e.at] + [hang.first_evidence_at or attempt.first_seen_at]
         ),
         job_id=hang.job_id,
+    )
+
+
+def _explained_slowdown(
+    attempt: Attempt, monitor: AttemptMonitor, slow: Interruption, config: DetectorConfig
+) -> Interruption:
+    """A whole-job slowdown after a node-local event on one of its nodes (a link that flapped
+    and came back at a lower rate, a CPU lockup) is that node's. With events on several nodes
+    it stays the job's: the fabric, not a node, is then the likelier cause."""
+    kept = monitor.matched_lines
+    if slow.hosts or not kept:
+        return slow
+    scan = config.library.scan([entry["text"] for entry in kept], [entry["host"] for entry in kept])
+    events = [g for g in scan.groups if g.role is Role.CONTEXT and g.implicates_node]
+    hosts = {host for g in events for host in g.hosts} & set(attempt.nodes)
+    if len(hosts) != 1:
+        return slow
+    (host,) = hosts
+    event = next(g for g in events if host in g.hosts)
+    line = kept[event.first_line - 1]
+    return dataclasses.replace(
+        slow,
+        attribution=event.attribution,
+        root_cause=f"straggler:{host}",
+        summary=f"{slow.summary}, after an event on {host}: {event.description.rstrip('.')}",
+        hosts=(host,),
+        node_local=True,
+        host_origins=((host, HostOrigin.STREAM),),
+        evidence=(
+            Evidence(
+                at=datetime.fromisoformat(line["at"]),
+                source="log",
+                text=line["text"],
+                host=host,
+                signature=event.signature,
+            ),
+            *slow.evidence,
+        ),
     )
 
 
@@ -439,8 +498,10 @@ def _check_running_attempts(
             # No signal is not no progress; what the GPUs say still counts.
             hang = None if found.silent else hang
             slow = None
-        if hang is not None and found.silent and attempt.pk not in interrupted:
+        if hang is not None and attempt.pk not in interrupted:
             hang = _explained_hang(attempt, monitor, hang, config)
+        if slow is not None:
+            slow = _explained_slowdown(attempt, monitor, slow, config)
         with transaction.atomic():
             if hang is not None and attempt.pk not in interrupted:
                 summary.count(record_interruption(attempt, hang, now))

@@ -196,3 +196,45 @@ def test_a_job_that_falls_silent_after_a_link_of_its_node_went_down_hangs_becaus
         True,
     )
     assert {e["signature"] for e in hang.evidence} >= {"ib_link_down", "progress"}
+
+
+def test_a_kernel_error_after_a_job_ended_is_the_next_jobs_not_evidence_against_it(
+    tmp_path: Path,
+) -> None:
+    logs, node_logs = tmp_path / "slurm-logs", tmp_path / "nodes"
+    logs.mkdir()
+    node_logs.mkdir()
+    cluster = services.create_cluster(
+        "user:alice",
+        "reuse",
+        telemetry={
+            "logs": {"type": "files", "path": str(logs), "node_logs_path": str(node_logs)},
+            "metrics": {"type": "none"},
+        },
+        scheduler={"backend": "slurm"},
+    )
+    nodes = ("gpu-node-001", "gpu-node-002")
+    ended = T0 + timedelta(minutes=10)
+    first = JobRecordFactory(
+        job_id="9201",
+        nodes=nodes,
+        start_time=T0,
+        state=JobState.FAILED,
+        end_time=ended,
+        exit_code=1,
+    )
+    second = JobRecordFactory(job_id="9202", nodes=nodes, start_time=ended + timedelta(minutes=1))
+    services.record_snapshot(
+        "controller:site",
+        cluster,
+        ClusterSnapshot(ended + timedelta(minutes=1), (first, second), ()),
+    )
+    append(
+        node_logs / "gpu-node-002.log",
+        "Nov 29 12:13:00 gpu-node-002 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, "
+        "name=python3, GPU has fallen off the bus.\n",
+    )
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=13, seconds=5))
+    xid = Anomaly.objects.get(root_cause__startswith="nvrm_xid")
+    assert (xid.attempt.job_id, xid.implicated_hosts) == ("9202", ["gpu-node-002"])
+    assert not Anomaly.objects.filter(attempt__job_id="9201", root_cause__startswith="nvrm_xid")

@@ -298,3 +298,32 @@ def test_a_link_that_went_down_names_the_node_only_when_the_collectives_then_fai
     )
     flap = diagnose_lines([down, down.replace("DOWN", "ACTIVE")], host_hints=["gpu-3"] * 2)
     assert not flap.is_failure
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[3835060.9] watchdog: BUG: soft lockup - CPU#12 stuck for 22s! [python3:4711]",
+        "[ 8121.3] NMI watchdog: Watchdog detected hard LOCKUP on cpu 5",
+        "[ 9001.7] rcu: INFO: rcu_sched self-detected stall on CPU",
+    ],
+)
+def test_a_cpu_lockup_names_its_node_when_the_job_then_hangs(line: str) -> None:
+    group = only([line])
+    assert (group.signature, group.role, group.implicates_node) == (
+        "cpu_lockup",
+        Role.CONTEXT,
+        True,
+    )
+    assert not diagnose_lines([line], host_hints=["gpu-7"]).is_failure  # a brief lockup passes
+    timeouts = [
+        f"[rank{r}]:[E321 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective"
+        f" operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600060 ms"
+        for r in range(4)
+    ]
+    hung = diagnose_lines([line, *timeouts], host_hints=["gpu-7", *[None] * 4])
+    assert (hung.category, hung.node_local, hung.hosts) == (
+        Category.NODE_OR_PROCESS_FAILURE,
+        True,
+        ("gpu-7",),
+    )

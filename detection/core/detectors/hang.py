@@ -141,9 +141,7 @@ def _no_progress(
         what = f"no progress line within {allowed:.0f} s of the start"
     else:
         what = f"no progress since step {tracker.last_step} for more than {allowed:.0f} s"
-    evidence = Evidence(
-        at=since, source="log", text=tracker.last_line or what, signature=SILENCE
-    )
+    evidence = Evidence(at=since, source="log", text=tracker.last_line or what, signature=SILENCE)
     return _hang(job_id, "hang:no-progress", since, what, evidence)
 
 

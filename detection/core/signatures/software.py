@@ -273,6 +273,18 @@ HOSTS_AND_SCHEDULERS = (
         refine=flood,
     ),
     sig(
+        "cpu_lockup",
+        # Linux's lockup detectors and RCU stall warnings: a CPU of the node stopped scheduling.
+        r"BUG: soft lockup - CPU#\d+ stuck for \d+s"
+        r"|Watchdog detected hard LOCKUP on cpu \d+"
+        r"|rcu: INFO: rcu_(?:sched|preempt) (?:self-)?detected stalls? on CPU",
+        # A brief lockup under heavy I/O passes; when the job then hangs or its peers time out,
+        # this node froze its ranks: exclude it.
+        classify(K.HANG, C.NODE_OR_PROCESS_FAILURE, A.SYSTEM_SOFTWARE, R.CONTEXT, True, S.WARNING),
+        "A CPU of the node locked up (the kernel's soft/hard lockup or RCU stall detector).",
+        refine=flood,
+    ),
+    sig(
         "hung_task_in_filesystem",
         # The call trace of a hung task, in a filesystem client's module: the task waits on it.
         r"\+0x[0-9a-f]{1,8}/0x[0-9a-f]{1,8} \[(?:mmfs26|mmfslinux|nfs|nfsv4|nfsv3|sunrpc|lustre"
