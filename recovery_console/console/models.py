@@ -232,3 +232,37 @@ class PersonalToken(models.Model):
 
     def __str__(self) -> str:
         return f"API token of {self.user}"
+
+
+class ClusterRole(models.TextChoices):
+    """The roles a membership can scope to one cluster (admin is site-wide only)."""
+
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    REVIEWER = "reviewer"
+    APPROVER = "approver"
+
+
+class ClusterMembership(models.Model):
+    """One role held for one cluster. A person's site-wide role groups still count for every
+    cluster; a membership adds a role on one cluster only (see ``console.roles``). Written only
+    by ``console.memberships``, which audits each grant and revocation."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="cluster_memberships"
+    )
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=ClusterRole.choices)
+    granted_at = models.DateTimeField()
+    granted_by = models.CharField(max_length=150)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["user", "cluster", "role"], name="cluster_membership_once"
+            )
+        ]
+        ordering: ClassVar = ["cluster__name", "user__username", "role"]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} of {self.cluster}"
