@@ -126,13 +126,22 @@ def _workload_context(workload: Workload) -> dict[str, object]:
     attempts = list(workload.attempts.order_by("-first_seen_at", "-attempt_index")[:TABLE_ATTEMPTS])
     latest = attempts[0] if attempts else None
     # Only the latest attempt's output: the one running, or the last to end.
-    output = job_output_tail(workload.cluster, latest.job_id) if latest else []
+    # Read up to the attempt's end: a remote source's window must cover what it wrote last.
+    output = (
+        job_output_tail(workload.cluster, latest.job_id, until=latest.ended_at) if latest else None
+    )
     anomalies = (
         Anomaly.objects.filter(workload=workload)
         .select_related("attempt", "advice")
         .order_by("-detected_at")[:TABLE_ATTEMPTS]
     )
-    return {"workload": workload, "attempts": attempts, "output": output, "anomalies": anomalies}
+    return {
+        "workload": workload,
+        "attempts": attempts,
+        "output": output.lines if output else [],
+        "output_problem": output.problem if output else "",
+        "anomalies": anomalies,
+    }
 
 
 def _timeline_context(workload: Workload) -> dict[str, object]:
