@@ -145,7 +145,12 @@ class NotificationEvent(models.TextChoices):
 
 class NotificationKind(models.TextChoices):
     WEBHOOK = "webhook", "Webhook (JSON, Slack-compatible)"
+    SLACK = "slack", "Slack incoming webhook (text and blocks)"
     EMAIL = "email"
+
+
+# Both post JSON to a URL; they differ only in the body's shape.
+WEBHOOK_KINDS = (NotificationKind.WEBHOOK, NotificationKind.SLACK)
 
 
 # A named function, not a lambda: migrations must be able to refer to the default.
@@ -184,7 +189,7 @@ class NotificationChannel(models.Model):
         events = self.events
         if not isinstance(events, list) or not all(e in NotificationEvent.values for e in events):
             errors["events"] = [f"must be a list of {', '.join(NotificationEvent.values)}"]
-        if self.kind == NotificationKind.WEBHOOK:
+        if self.kind in WEBHOOK_KINDS:
             try:
                 URLValidator(schemes=["http", "https"])(self.target)
             except ValidationError:
@@ -203,7 +208,7 @@ class NotificationChannel(models.Model):
     def safe_target(self) -> str:
         """The target as logs, the trail and viewers see it: a webhook's path and any
         credentials are often its secret (Slack), so only its host."""
-        if self.kind == NotificationKind.WEBHOOK:
+        if self.kind in WEBHOOK_KINDS:
             return f"{urlsplit(self.target).scheme}://{url_host(self.target)}/…"
         return self.target
 
