@@ -154,6 +154,17 @@ def test_an_approver_of_a_approves_a_in_pages(a_and_b) -> None:
     assert Cluster.objects.get(name="alpha").mode == "action"
 
 
+def test_test_signals_offers_only_the_members_clusters(a_and_b) -> None:
+    client = logged_in(member("rae", "viewer", a_and_b[0]))
+    page = client.get("/signals/").content.decode()
+    assert '<option value="alpha">' in page and '<option value="beta">' not in page
+    excerpt = {"text": "NVRM: Xid 79", "tasks_per_node": 8}
+    assert client.post("/signals/", {**excerpt, "cluster": "alpha"}).status_code == 200
+    refused = client.post("/signals/", {**excerpt, "cluster": "beta"})
+    assert refused.status_code == 400
+    assert "Select a valid choice" in refused.content.decode()
+
+
 def test_the_audit_trail_shows_a_member_only_their_clusters_entries(a_and_b) -> None:
     alpha, beta = a_and_b
     client = logged_in(member("rae", "viewer", alpha))
