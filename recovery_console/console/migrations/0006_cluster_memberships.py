@@ -6,27 +6,60 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('console', '0005_personal_tokens_kept_hashed'),
-        ('recovery_console', '0011_export_audit_anchor_every_5_minutes'),
+        ("console", "0005_personal_tokens_kept_hashed"),
+        ("recovery_console", "0011_export_audit_anchor_every_5_minutes"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ClusterMembership',
+            name="ClusterMembership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('viewer', 'Viewer'), ('operator', 'Operator'), ('reviewer', 'Reviewer'), ('approver', 'Approver')], max_length=16)),
-                ('granted_at', models.DateTimeField()),
-                ('granted_by', models.CharField(max_length=150)),
-                ('cluster', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='recovery_console.cluster')),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='cluster_memberships', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[
+                            ("viewer", "Viewer"),
+                            ("operator", "Operator"),
+                            ("reviewer", "Reviewer"),
+                            ("approver", "Approver"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("granted_at", models.DateTimeField()),
+                ("granted_by", models.CharField(max_length=150)),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to="recovery_console.cluster",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="cluster_memberships",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['cluster__name', 'user__username', 'role'],
-                'constraints': [models.UniqueConstraint(fields=('user', 'cluster', 'role'), name='cluster_membership_once')],
+                "ordering": ["cluster__name", "user__username", "role"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("user", "cluster", "role"), name="cluster_membership_once"
+                    )
+                ],
             },
         ),
     ]
