@@ -103,6 +103,14 @@ def test_a_reviewer_of_a_sees_only_a_in_pages(a_and_b) -> None:
     assert f"/reviews/advice/{theirs.pk}/label" not in queue
 
 
+def test_the_overview_offers_the_review_queue_only_where_the_person_reviews(a_and_b) -> None:
+    alpha, _ = a_and_b
+    client = logged_in(member("wes", "reviewer", alpha, site_roles=["viewer"]))
+    overview = client.get("/").content.decode()
+    assert "/reviews/?cluster=alpha" in overview and "/reviews/?cluster=beta" not in overview
+    assert "/clusters/beta/" in overview  # a site-wide viewer sees beta's card
+
+
 def test_a_reviewer_of_a_cannot_label_advice_of_b_in_pages(a_and_b) -> None:
     alpha, beta = a_and_b
     theirs = advice_on(beta)
