@@ -205,12 +205,6 @@ def has_role_anywhere(user: Any, role: str) -> bool:
     return role in roles_anywhere(user)
 
 
-def require_role(user: Any, role: str, cluster: Any) -> None:
-    """Raise ``PermissionDenied`` (403) unless ``user`` holds ``role`` on ``cluster``."""
-    if not has_role(user, role, cluster):
-        raise PermissionDenied(f"this needs the {role} role")
-
-
 def cluster_ids_with(user: Any, role: str = VIEWER) -> frozenset[int] | None:
     """The ids of the clusters where ``user`` holds ``role``; None means every cluster."""
     _check(role)
