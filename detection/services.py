@@ -3,20 +3,21 @@ its telemetry sources as its settings name them, and which clusters are due a sc
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
+from detection.sources.base import SourceUnavailable
 from detection.sources.config import (
     ClusterSources,
     build_sources,
     check_telemetry,
-    simulator_directory,
 )
-from detection.sources.files import job_output_name, tail_file
 from recovery_console.fleet import audit
 from recovery_console.fleet.models import Cluster
 from recovery_console.fleet.outbound import allowed_hosts, secret_store
@@ -64,10 +65,38 @@ def cluster_sources(cluster: Cluster) -> ClusterSources:
     )
 
 
-def job_output_tail(cluster: Cluster, job_id: str, lines: int = 40) -> list[str]:
-    """The last lines a job wrote, where the simulated cluster writes them (empty if none)."""
-    directory = simulator_directory(django_settings.SIMULATOR_OUTPUT_DIR, cluster.name)
-    return tail_file(directory / job_output_name(job_id), lines)
+# How far back a remote log source is read for a job's latest output.
+OUTPUT_WINDOW = timedelta(minutes=15)
+
+
+@dataclass(frozen=True)
+class OutputTail:
+    """A job's latest output lines, and why it could not be read (empty: it could)."""
+
+    lines: list[str]
+    problem: str = ""
+
+
+def job_output_tail(
+    cluster: Cluster, job_id: str, lines: int = 40, until: datetime | None = None
+) -> OutputTail:
+    """The last lines a job wrote, read from the cluster's own log source as its telemetry
+    settings name it (the job's output files, Loki or VictoriaLogs), in the quarter hour
+    before ``until`` (default: now) for remote ones. Nodes' system logs are not job output."""
+    problems = []
+    for name, source in cluster_sources(cluster).logs.items():
+        # Every source the settings build reads a job's output; a test's in-memory one may not.
+        tail = getattr(source, "output_tail", None)
+        if name == "node-logs" or tail is None:
+            continue
+        try:
+            read = tail(job_id, lines, until or timezone.now(), OUTPUT_WINDOW)
+        except SourceUnavailable as exc:
+            problems.append(str(exc))
+            continue
+        if read:
+            return OutputTail(read)
+    return OutputTail([], "; ".join(problems))
 
 
 def telemetry_problems(cluster: Cluster) -> dict[str, list[str]]:

@@ -6,7 +6,7 @@ set -euo pipefail
 role=${1:-build}
 want=(pkg-config libmariadb-dev gcc)
 if [ "$role" = test ]; then
-  want+=(mariadb-server redis-server prometheus chromium chromium-driver)
+  want+=(mariadb-server redis-server prometheus openssl chromium chromium-driver)
   # the controller tests' local Slurm cluster (scripts/slurm-up.sh) and sshd for the SSH transport
   want+=(munge slurmctld slurmd slurm-client openssh-server openssh-client)
 fi

@@ -3,7 +3,8 @@
 ``logs.type``: ``simulated`` (the files the simulated cluster writes), ``files`` (a directory of
 Slurm output files, optionally a directory of nodes' system logs), ``loki`` or ``victorialogs``.
 ``metrics.type``: ``simulated`` (the simulator's exposition file), ``prometheus`` or ``none``.
-Remote sources take ``url``, and ``username``, ``password`` and ``token``: the secrets by
+Remote sources take ``url``, ``timeout`` (seconds, default 10), and ``username``,
+``password``, ``token`` and ``ca`` (the PEM of a site's own certificate authority): those by
 reference only (``{"env": NAME}`` or ``{"file": NAME}``, see ``fleet.core.outbound``).
 Plain Python: the caller passes the document, where the simulated cluster writes, and the
 site's secret store and outbound hosts.
@@ -116,7 +117,24 @@ def _any(value: Any) -> str | None:
     return None
 
 
-AUTH: dict[str, Check] = {"username": _string, "password": _any, "token": _any}
+MAX_TIMEOUT_SECONDS = 120
+
+
+def _timeout(value: Any) -> str | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if ok and 0 < value <= MAX_TIMEOUT_SECONDS:
+        return None
+    return f"must be a number of seconds above 0 and at most {MAX_TIMEOUT_SECONDS}"
+
+
+# ``ca`` is a reference too (checked with the secrets): a free path would read any file.
+AUTH: dict[str, Check] = {
+    "username": _string,
+    "password": _any,
+    "token": _any,
+    "ca": _any,
+    "timeout": _timeout,
+}
 REMOTE: dict[str, Check] = {"url": _any, "query": _string, "labels": _labels, **AUTH}
 FIELDS: dict[tuple[str, str], dict[str, Check]] = {
     ("logs", "simulated"): {},
@@ -196,6 +214,9 @@ def _section_problems(
         elif key == "url":
             if problem := url_problem(value, allowed_hosts):
                 problems.append(f"{section}.url: {problem}")
+        elif key == "ca":
+            if problem := secrets.problem(value):
+                problems.append(f"{section}.ca: {problem}")
         elif problem := fields[key](value):
             problems.append(f"{section}.{key} {problem}")
     return problems
@@ -241,7 +262,8 @@ class _Site:
         try:
             if not problems:
                 return build()
-        except SecretUnavailable as exc:
+        # A secret that cannot be read, or a CA that is not a certificate.
+        except (SecretUnavailable, ValueError) as exc:
             problems = [f"{section}: {exc}"]
         source = Unavailable(name, "; ".join(problems))
         return {name: source} if section == "logs" else source
@@ -261,6 +283,9 @@ class Unavailable:
         raise SourceUnavailable(self.name, self.reason)
 
     def scrape(self, now: Any = None) -> MetricScrape:
+        raise SourceUnavailable(self.name, self.reason)
+
+    def output_tail(self, *args: Any) -> list[str]:
         raise SourceUnavailable(self.name, self.reason)
 
 
@@ -319,6 +344,10 @@ def _remote(spec: dict[str, Any], site: _Site) -> dict[str, Any]:
 
 def _auth(spec: dict[str, Any], site: _Site) -> dict[str, Any]:
     options: dict[str, Any] = {"allowed_hosts": site.allowed_hosts}
+    if "timeout" in spec:
+        options["timeout"] = float(spec["timeout"])
+    if spec.get("ca"):
+        options["ca_pem"] = site.secret(spec, "ca")
     token = site.secret(spec, "token")
     if token or spec.get("username"):
         options["auth"] = HttpAuth(

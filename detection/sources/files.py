@@ -187,6 +187,16 @@ class JobOutputFiles:
     def _job_of(self, path: str) -> str | None:
         return job_id_from_filename(path, self.config.name_regex)
 
+    def output_tail(self, job_id: str, lines: int, until: datetime, window: timedelta) -> list[str]:
+        """The last lines of the job's newest output file (``until`` and ``window`` are for
+        remote sources: a file's end is its latest output). Raises ``SourceUnavailable``."""
+        direct = os.path.join(self.config.directory, job_output_name(job_id))
+        # Slurm's default name is looked up at once: no listing of a large directory.
+        if self.config.pattern == FilesConfig.pattern and os.path.isfile(direct):
+            return tail_file(direct, lines)
+        found = [(st.st_mtime, p) for p, st in self._scan().values() if self._job_of(p) == job_id]
+        return tail_file(max(found)[1], lines) if found else []
+
     def _scan(self) -> dict[str, tuple[str, os.stat_result]]:
         """The job output files now present, by identity. Raises if the directory is gone, so
         an unmounted file system never makes every file look deleted."""

@@ -4,13 +4,16 @@ subclass says how to ask for one page and how to read the answer."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections import deque
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from detection.sources.base import LogBatch
 from detection.sources.httpclient import HttpAuth, HttpClient
 from detection.sources.paging import LabelNames, Page, PageLimits, fetch_forward, render_query
+
+PAGE_TIMEOUT_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class RemoteLogConfig:
     auth: HttpAuth | None = None
     max_response_bytes: int = 64 * 1024 * 1024
     allowed_hosts: tuple[str, ...] = ()  # the site's OUTBOUND_ALLOWED_HOSTS; empty: any
+    ca_pem: str | None = None  # PEM of the CA that signed the server's certificate
 
 
 class RemoteLogSource:
@@ -46,6 +50,19 @@ class RemoteLogSource:
 
     def fetch(self, cursor: dict[str, Any] | None, now: datetime) -> LogBatch:
         return fetch_forward(self._page, cursor, now, self.config.limits)
+
+    def output_tail(self, job_id: str, lines: int, until: datetime, window: timedelta) -> list[str]:
+        """The job's last ``lines`` in the ``window`` before ``until``: one bounded fetch of the
+        query with ``$job_id`` filled, lines of other jobs left out. Raises ``SourceUnavailable``.
+        """
+        limits = replace(self.config.limits, initial_lookback=window, late_arrival=timedelta(0))
+        # A page waits for this: a server that does not answer costs seconds, not a poll's 10.
+        timeout = min(self.config.timeout, PAGE_TIMEOUT_SECONDS)
+        source = type(self)(replace(self.config, job_id=job_id, limits=limits, timeout=timeout))
+        batch = source.fetch(None, until)
+        tail: deque[str] = deque(maxlen=lines)
+        tail.extend(line.text for line in batch.lines if line.job_id == job_id)
+        return list(tail)
 
     def _page(self, start_ns: int, end_ns: int, limit: int) -> Page:
         body = self.client.get(*self.request(start_ns, end_ns, limit))

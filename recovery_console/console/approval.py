@@ -25,7 +25,7 @@ from .roles import APPROVER, OPERATOR, has_role
 
 def request_action_mode(user: Any, cluster: Cluster, note: str = "") -> ModeChangeRequest:
     """Ask for ``cluster`` to move to action mode, recording the agreement measured now."""
-    _require(user, OPERATOR, "requesting action mode")
+    _require(user, OPERATOR, "requesting action mode", cluster)
     with transaction.atomic():
         cluster = _locked(cluster)
         if cluster.mode == ClusterMode.ACTION:
@@ -75,7 +75,7 @@ def second_person_refusal(user: Any, request: Any, approving: str) -> ApprovalRe
     change), or None: it must still be pending, and the approver someone other than who asked."""
     if request.status != ModeRequestStatus.PENDING:
         return ApprovalRefused(f"this request was already {request.status}")
-    if not has_role(user, APPROVER):
+    if not has_role(user, APPROVER, request.cluster_id):
         return RoleMissing(f"approving {approving} needs the approver role")
     # Four eyes: holding the approver role is not enough when you are the one who asked.
     if request.requested_by_id == user.pk:
@@ -120,7 +120,7 @@ def reject_mode_request(user: Any, request: ModeChangeRequest, reason: str) -> M
     """Turn a pending request down (an approver), or withdraw it (the person who asked)."""
     # The requester may always withdraw; turning down someone else's request needs the role.
     if request.requested_by_id != user.pk:
-        _require(user, APPROVER, "rejecting a request for action mode")
+        _require(user, APPROVER, "rejecting a request for action mode", request.cluster_id)
     if not reason.strip():
         raise ApprovalRefused("say why the request is rejected")
     with transaction.atomic():
@@ -137,7 +137,7 @@ def reject_mode_request(user: Any, request: ModeChangeRequest, reason: str) -> M
 def back_to_monitor(user: Any, cluster: Cluster, reason: str) -> Cluster:
     """Return ``cluster`` to monitor mode at once (any operator); a cluster already in monitor
     mode is left as it is."""
-    _require(user, OPERATOR, "returning to monitor mode")
+    _require(user, OPERATOR, "returning to monitor mode", cluster)
     # Already there: nothing to audit or announce, a repeated click is not a mode change.
     if Cluster.objects.get(pk=cluster.pk).mode == ClusterMode.MONITOR:
         return cluster

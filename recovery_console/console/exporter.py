@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 from django.conf import settings
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, QuerySet, Sum
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 from detection.models import Anomaly, AnomalyState, SourceCursor, TelemetryGap
 from recovery_console.console import reviews
 from recovery_console.fleet.models import Cluster, ClusterMode
-from remediation.models import Advice, ControllerToken
+from remediation.models import Advice, AdviceState, ControllerToken
 
 PREFIX = "recovery_console"
 # Detection targets p95 <= 15 s (DESIGN.md §5) and action p95 <= 30 s: buckets around them.
@@ -162,6 +162,23 @@ def _advice(clusters: list[Cluster]) -> Iterator[Metric]:
         # Labelled by nobody, as on the overview's card: the gauge and the page agree.
         waiting.add_metric([cluster.name], reviews.awaiting_review(cluster).count())
     yield waiting
+    yield _stuck_advice()
+
+
+def _stuck_advice() -> Metric:
+    """How long the oldest advice in flight (dispatched or claimed) has waited since its last
+    step: advice a controller never finishes shows here, however busy the cluster is."""
+    oldest = GaugeMetricFamily(
+        f"{PREFIX}_advice_in_flight_oldest_age_seconds",
+        "Seconds since the last step of the oldest dispatched or claimed advice.",
+        labels=["cluster"],
+    )
+    now = timezone.now()
+    in_flight = Advice.objects.filter(state__in=[AdviceState.DISPATCHED, AdviceState.CLAIMED])
+    rows = in_flight.values("cluster__name").annotate(since=Min("updated_at")).order_by()
+    for row in rows:
+        oldest.add_metric([row["cluster__name"]], (now - row["since"]).total_seconds())
+    return oldest
 
 
 def _histogram(

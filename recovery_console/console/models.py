@@ -145,7 +145,12 @@ class NotificationEvent(models.TextChoices):
 
 class NotificationKind(models.TextChoices):
     WEBHOOK = "webhook", "Webhook (JSON, Slack-compatible)"
+    SLACK = "slack", "Slack incoming webhook (text and blocks)"
     EMAIL = "email"
+
+
+# Both post JSON to a URL; they differ only in the body's shape.
+WEBHOOK_KINDS = (NotificationKind.WEBHOOK, NotificationKind.SLACK)
 
 
 # A named function, not a lambda: migrations must be able to refer to the default.
@@ -184,7 +189,7 @@ class NotificationChannel(models.Model):
         events = self.events
         if not isinstance(events, list) or not all(e in NotificationEvent.values for e in events):
             errors["events"] = [f"must be a list of {', '.join(NotificationEvent.values)}"]
-        if self.kind == NotificationKind.WEBHOOK:
+        if self.kind in WEBHOOK_KINDS:
             try:
                 URLValidator(schemes=["http", "https"])(self.target)
             except ValidationError:
@@ -203,7 +208,7 @@ class NotificationChannel(models.Model):
     def safe_target(self) -> str:
         """The target as logs, the trail and viewers see it: a webhook's path and any
         credentials are often its secret (Slack), so only its host."""
-        if self.kind == NotificationKind.WEBHOOK:
+        if self.kind in WEBHOOK_KINDS:
             return f"{urlsplit(self.target).scheme}://{url_host(self.target)}/…"
         return self.target
 
@@ -232,3 +237,37 @@ class PersonalToken(models.Model):
 
     def __str__(self) -> str:
         return f"API token of {self.user}"
+
+
+class ClusterRole(models.TextChoices):
+    """The roles a membership can scope to one cluster (admin is site-wide only)."""
+
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    REVIEWER = "reviewer"
+    APPROVER = "approver"
+
+
+class ClusterMembership(models.Model):
+    """One role held for one cluster. A person's site-wide role groups still count for every
+    cluster; a membership adds a role on one cluster only (see ``console.roles``). Written only
+    by ``console.memberships``, which audits each grant and revocation."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="cluster_memberships"
+    )
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=ClusterRole.choices)
+    granted_at = models.DateTimeField()
+    granted_by = models.CharField(max_length=150)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["user", "cluster", "role"], name="cluster_membership_once"
+            )
+        ]
+        ordering: ClassVar = ["cluster__name", "user__username", "role"]
+
+    def __str__(self) -> str:
+        return f"{self.user} is {self.role} of {self.cluster}"

@@ -55,7 +55,7 @@ def change_cluster_settings(
     """Apply ``changes`` (operator), or, where ``approval_needed`` says so, ask for them: the
     pending request is returned and nothing changes yet. Invalid settings raise
     ``ValidationError`` either way, before any request exists."""
-    _require(user, OPERATOR, "changing cluster settings")
+    _require(user, OPERATOR, "changing cluster settings", cluster)
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
         why = approval_needed(cluster, changes)
@@ -133,7 +133,7 @@ def reject_policy_request(
 ) -> PolicyChangeRequest:
     """Turn a pending change down (an approver), or withdraw it (the person who asked)."""
     if request.requested_by_id != user.pk:
-        _require(user, APPROVER, "rejecting a settings change")
+        _require(user, APPROVER, "rejecting a settings change", request.cluster_id)
     if not reason.strip():
         raise ApprovalRefused("say why the request is rejected")
     with transaction.atomic():

@@ -52,8 +52,9 @@ def actor_of(user: Any) -> str:
     return f"user:{user.username}"
 
 
-def _require(user: Any, role: str, doing: str) -> None:
-    if not has_role(user, role):
+def _require(user: Any, role: str, doing: str, cluster: Any) -> None:
+    """Refuse unless ``user`` holds ``role`` on ``cluster`` (site-wide or by membership)."""
+    if not has_role(user, role, cluster):
         raise RoleMissing(f"{doing} needs the {role} role")
 
 
@@ -65,7 +66,7 @@ def label_advice(
 ) -> Review:
     """Record (or change) ``user``'s label on ``advice``. Agreeing means preferring the advised
     action, so ``preferred_action`` may be left empty then."""
-    _require(user, REVIEWER, "labelling advice")
+    _require(user, REVIEWER, "labelling advice", advice.cluster_id)
     preferred = preferred_action or (advice.action if agrees else "")
     if preferred not in set(Action):
         raise ValueError(

@@ -150,3 +150,15 @@ def test_a_metrics_token_when_set_is_required(cluster, settings) -> None:
     assert wrong.status_code == 401
     metrics = scrape(HTTP_AUTHORIZATION="Bearer s3cret")
     assert labels(cluster="research") in metrics["recovery_console_cluster_action_mode"]
+
+
+def test_the_oldest_advice_in_flight_shows_how_long_it_has_waited(cluster) -> None:
+    now = timezone.now()
+    advice_on(cluster, state="claimed", updated_at=now - timedelta(minutes=15))
+    advice_on(cluster, state="dispatched", updated_at=now - timedelta(minutes=2))
+    advice_on(cluster, state="executed", updated_at=now - timedelta(hours=3))
+    with time_machine.travel(now, tick=False):
+        metrics = scrape()
+    assert metrics["recovery_console_advice_in_flight_oldest_age_seconds"] == {
+        labels(cluster="research"): 900.0
+    }

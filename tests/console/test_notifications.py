@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from recovery_console.celery import app
 from recovery_console.console import approval, reviews
 from recovery_console.console.models import NotificationChannel
-from recovery_console.console.notifications import channels
+from recovery_console.console.notifications import channels, delivery
 from recovery_console.fleet import services
 from recovery_console.fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
 from recovery_console.fleet.models import AuditEntry, Cluster, ClusterMode
@@ -452,3 +452,45 @@ def test_a_webhooks_secrets_never_reach_the_logs_or_other_people(
         "http://127.0.0.1:9/…",
         f"http://127.0.0.1:{port}/…",
     ]
+
+
+def test_a_slack_channel_gets_text_and_blocks_with_a_link_to_the_console(
+    admin, cluster, receiver, settings, django_capture_on_commit_callbacks
+) -> None:
+    settings.CONSOLE_BASE_URL = "https://console.example.org"
+    channels.add_channel(admin, cluster=cluster, kind="slack", target=receiver.url)
+    advice = stop_advice(cluster, django_capture_on_commit_callbacks)
+    [body] = receiver.bodies
+    link = f"<https://console.example.org/workloads/{advice.workload_id}/|Open in the console>"
+    said = (
+        "[research] Stop advised for job 100 attempt 0 of llama (gpu_hardware):"
+        " the workload has used its 0 restarts"
+    )
+    assert body["text"] == f"{said} {link}"
+    section, context = body["blocks"]
+    assert section == {"type": "section", "text": {"type": "mrkdwn", "text": f"{said} {link}"}}
+    assert context["type"] == "context"
+    assert context["elements"][0]["text"].startswith("stop · advice.proposed · system:remediation")
+    assert set(body) == {"text", "blocks"}  # Slack's shape, not the generic JSON
+
+
+def test_a_hostile_job_name_cannot_mention_or_link_in_slack(
+    admin, cluster, receiver, django_capture_on_commit_callbacks
+) -> None:
+    channels.add_channel(admin, cluster=cluster, kind="slack", target=receiver.url)
+    hostile = '{"workload": "<!channel> & <https://evil.example|click>"}'
+    attempt = running_attempt(cluster, comment=hostile)
+    anomaly_on(attempt)
+    with django_capture_on_commit_callbacks(execute=True):
+        remediation.advise_cluster(cluster, T0)
+    [body] = receiver.bodies
+    assert "<!channel>" not in body["text"] and "<https://evil" not in body["text"]
+    assert "&lt;!channel&gt; &amp; &lt;https://evil.example|click&gt;" in body["text"]
+
+
+def test_a_long_message_fits_slacks_section_and_keeps_its_link() -> None:
+    body = {"url": "https://console.example.org/", "event": "stop", "verb": "v", "actor": "a"}
+    message = delivery.Message("s", "y" * 5000, {**body, "at": "2026-11-29T12:00:00+00:00"})
+    section = delivery.slack_body(message)["blocks"][0]["text"]["text"]
+    assert len(section) == 3000
+    assert section.endswith(" <https://console.example.org/|Open in the console>")

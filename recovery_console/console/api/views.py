@@ -1,8 +1,10 @@
 """The console's REST API (``/api/v1/``): read-only viewsets, and verbs that call services.
 
 Every endpoint checks a role (``console.roles``): reading needs ``viewer``; each verb names the
-role it needs in ``verb_roles``. Refusals by the approval workflow answer 409 with
-the reason, a missing role 403, invalid input 400.
+role it needs in ``verb_roles``. Lists hold only the rows of clusters where the person is a
+viewer (another cluster's row is a 404), and a verb needs its role on the row's own cluster.
+Refusals by the approval workflow answer 409 with the reason, a missing role 403, invalid input
+400.
 """
 
 from __future__ import annotations
@@ -38,7 +40,15 @@ from recovery_console.console.models import (
     Review,
 )
 from recovery_console.console.notifications import channels
-from recovery_console.console.roles import ADMIN, APPROVER, OPERATOR, REVIEWER, VIEWER, HasRole
+from recovery_console.console.roles import (
+    ADMIN,
+    APPROVER,
+    OPERATOR,
+    REVIEWER,
+    VIEWER,
+    HasRole,
+    visible,
+)
 from recovery_console.fleet import audit
 from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
 from remediation import services as remediation
@@ -64,11 +74,16 @@ class RoleViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     """Reading needs the viewer role; a verb needs the role ``verb_roles`` names for it."""
 
     verb_roles: ClassVar[dict[str, str]] = {}
+    # The path from a row to its cluster, which decides who sees the row.
+    cluster_field: ClassVar[str] = "cluster"
     pagination_class = Cursor
 
     def get_permissions(self) -> list[BasePermission]:
         # Actions not named, and requests routed to no action at all, need only the viewer role.
         return [HasRole(self.verb_roles.get(self.action or "", VIEWER))()]
+
+    def get_queryset(self) -> QuerySet[Any]:
+        return visible(super().get_queryset(), self.request.user, VIEWER, self.cluster_field)
 
 
 class ReadOnlyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleViewSet):
@@ -79,6 +94,7 @@ class ClusterViewSet(ReadOnlyViewSet):
     """Clusters: their mode, policy, allowlist and connections."""
 
     queryset = Cluster.objects.all()
+    cluster_field = "pk"
     serializer_class = s.ClusterSerializer
     filterset_class = f.ClusterFilterSet
     # Addressed by name, as in the console's own URLs.
@@ -242,7 +258,8 @@ class AdviceViewSet(ReadOnlyViewSet):
 class ReviewViewSet(ReadOnlyViewSet):
     """Reviewers' labels on advice."""
 
-    queryset = Review.objects.select_related("reviewer")
+    queryset = Review.objects.select_related("reviewer", "advice")
+    cluster_field = "advice__cluster"
     serializer_class = s.ReviewSerializer
     filterset_class = f.ReviewFilterSet
 

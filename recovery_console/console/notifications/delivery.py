@@ -1,5 +1,6 @@
-"""Notifications: per-cluster webhooks (JSON with a Slack-compatible ``text``) and email, on a
-stop advice, a drain, a mode change, advice waiting for review and a telemetry gap.
+"""Notifications: per-cluster webhooks (JSON with a Slack-compatible ``text``), Slack incoming
+webhooks (``text`` and Block Kit ``blocks``, escaped) and email, on a stop advice, a drain, a
+mode change, advice waiting for review and a telemetry gap.
 
 They hang off the audit trail, which every one of those events already writes, so no service
 of the loop knows about them: ``console.tasks`` enqueues one ``notify`` after the commit of an
@@ -126,6 +127,35 @@ def message_for(entry: AuditEntry, event: str, channel_id: int = 0) -> Message:
     return Message(subject=f"Recovery Console: {text}"[:200], text=text, body=body)
 
 
+# Slack's limit on a section block's text; the fallback ``text`` may be longer.
+SLACK_SECTION_CHARS = 3000
+
+
+def slack_escape(text: str) -> str:
+    """Text as Slack shows it literally: ``&``, ``<`` and ``>`` escaped, so a job name or a log
+    line cannot make a link or a mention (``<!channel>``) of itself."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_body(message: Message) -> dict[str, Any]:
+    """An incoming-webhook payload: ``text`` (notifications, and clients without blocks) and
+    blocks with the message, a link to the console and the event's facts."""
+    url = message.body["url"]
+    # The URL is ours (CONSOLE_BASE_URL and a route); only what came from the cluster is escaped.
+    link = f" <{url}|Open in the console>" if url else ""
+    text = slack_escape(message.text)
+    section = text[: SLACK_SECTION_CHARS - len(link)] + link
+    facts = [message.body["event"], message.body["verb"], message.body["actor"]]
+    context = " · ".join(slack_escape(str(f)) for f in [*facts, message.body["at"]])
+    return {
+        "text": text + link,
+        "blocks": [
+            {"type": "section", "text": {"type": "mrkdwn", "text": section}},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": context}]},
+        ],
+    }
+
+
 def _describe(entry: AuditEntry, event: str) -> str:
     p, job = entry.payload, _job(entry)
     if event == NotificationEvent.STOP:
@@ -196,6 +226,8 @@ def deliver(channel_id: int, entry_id: int, event: str) -> str:
     try:
         if channel.kind == NotificationKind.WEBHOOK:
             post_json(channel.target, message.body)
+        elif channel.kind == NotificationKind.SLACK:
+            post_json(channel.target, slack_body(message))
         else:
             _email(channel, message)
     except DeliveryRefused as exc:

@@ -16,7 +16,7 @@ from detection.services import custom_signatures_of
 from recovery_console.console.models import Review
 from remediation.models import Advice
 
-from .common import page, viewer_required
+from .common import page, viewer_required, visible
 
 
 @dataclass(frozen=True)
@@ -78,9 +78,9 @@ def _evidence_line(item: dict[str, Any], roles: dict[str, str]) -> EvidenceLine:
 
 @viewer_required
 def anomaly_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    anomaly = get_object_or_404(
-        Anomaly.objects.select_related("cluster", "workload", "attempt"), pk=pk
-    )
+    anomalies = Anomaly.objects.select_related("cluster", "workload", "attempt")
+    # Another cluster's anomaly (and its advice) is not found, as in the REST API.
+    anomaly = get_object_or_404(visible(anomalies, request.user), pk=pk)
     # At most one (one-to-one), and none while the anomaly has not been advised on yet.
     advice = Advice.objects.filter(anomaly=anomaly).first()
     context = {

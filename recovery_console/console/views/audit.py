@@ -13,7 +13,7 @@ from recovery_console.console.forms import AuditFilterForm
 from recovery_console.fleet.audit import ChainReport, verify_chain
 from recovery_console.fleet.models import AuditChainHead, AuditEntry
 
-from .common import page, viewer_required
+from .common import narrow_cluster_choices, page, viewer_required, visible
 
 PER_PAGE = 50
 # The export is the REST API's (cursor-paginated, filtered the same way).
@@ -24,7 +24,9 @@ EXPORT_FALLBACK = "/api/v1/audit-entries/"
 @viewer_required
 def audit_trail(request: HttpRequest) -> HttpResponse:
     form = AuditFilterForm(request.GET or None)
-    entries = _filtered(form)
+    narrow_cluster_choices(form, request)
+    # Entries of other clusters, and site-wide ones, are for those who see every cluster.
+    entries = visible(_filtered(form), request.user)
     cursor = _int(request.GET.get("cursor"))
     if cursor:
         # Keyset paging on the gapless sequence: new entries do not shift the pages.

@@ -33,7 +33,7 @@ def cluster_settings(request: HttpRequest, name: str) -> HttpResponse:
     cluster = cluster_or_404(name)
     # Created with the defaults on first use, so every cluster has settings to show.
     detection = detection_settings_of(cluster)
-    editable = has_role(request.user, OPERATOR)
+    editable = has_role(request.user, OPERATOR, cluster)
     initial = ClusterSettingsForm.initial_from(cluster, detection)
     if request.method == "POST":
         if not editable:

@@ -10,7 +10,7 @@ from recovery_console.console import reviews
 from recovery_console.console.views import stats
 from recovery_console.fleet.models import Attempt, Cluster, Node, WorkloadState
 
-from .common import cluster_or_404, page, viewer_required
+from .common import cluster_or_404, page, viewer_required, visible_clusters
 
 RECENT = 20
 ATTENTION = 25
@@ -18,7 +18,7 @@ ATTENTION = 25
 
 @viewer_required
 def overview(request: HttpRequest) -> HttpResponse:
-    clusters = list(Cluster.objects.all())
+    clusters = visible_clusters(request)
     return page(
         request,
         "console/overview.html",

@@ -16,7 +16,9 @@ from recovery_console.console.roles import (
     REVIEWER,
     VIEWER,
     role_required,
+    roles_anywhere,
     roles_of,
+    visible,
 )
 from recovery_console.fleet.models import Cluster
 
@@ -31,24 +33,47 @@ __all__ = [
     "approver_required",
     "cluster_or_404",
     "operator_required",
+    "narrow_cluster_choices",
     "page",
     "percent",
     "percentiles",
     "reviewer_required",
     "viewer_required",
+    "visible",
+    "visible_clusters",
 ]
 
 
 def page(
     request: HttpRequest, template: str, context: dict[str, Any], status: int = 200
 ) -> HttpResponse:
-    """Render a page or partial; templates show or hide controls by ``roles``."""
+    """Render a page or partial; templates show or hide controls by ``roles``: those held on
+    the page's cluster, or on any cluster for a page that spans them."""
     # Templates only hide what a role may not do; the views and services still refuse it.
-    return render(request, template, {"roles": roles_of(request.user), **context}, status=status)
+    held = _roles_on_page(request, context)
+    return render(request, template, {"roles": held, **context}, status=status)
+
+
+def _roles_on_page(request: HttpRequest, context: dict[str, Any]) -> frozenset[str]:
+    for key in ("cluster", "workload", "anomaly"):
+        row = context.get(key)
+        if row is not None:
+            return roles_of(request.user, row)
+    return roles_anywhere(request.user)
 
 
 def cluster_or_404(name: str) -> Cluster:
     return get_object_or_404(Cluster, name=name)
+
+
+def narrow_cluster_choices(form: Any, request: HttpRequest) -> None:
+    """A filter form offers only the clusters the person sees (another one's name is invalid)."""
+    form.fields["cluster"].queryset = visible(Cluster.objects.all(), request.user, field="pk")
+
+
+def visible_clusters(request: HttpRequest, role: str = VIEWER) -> list[Cluster]:
+    """The clusters where the person holds ``role``, by name."""
+    return list(visible(Cluster.objects.all(), request.user, role, "pk"))
 
 
 def wants_json(request: HttpRequest) -> bool:

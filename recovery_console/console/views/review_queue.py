@@ -11,11 +11,19 @@ from django.views.decorators.http import require_POST
 from recovery_console.console import charts, reviews
 from recovery_console.console.forms import LabelForm
 from recovery_console.console.models import Review
+from recovery_console.console.roles import REVIEWER, VIEWER
 from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
 from recovery_console.fleet.models import Cluster
 from remediation.models import Advice
 
-from .common import page, reviewer_required, viewer_required, wants_json
+from .common import (
+    page,
+    reviewer_required,
+    viewer_required,
+    visible,
+    visible_clusters,
+    wants_json,
+)
 
 QUEUE_LENGTH = 30
 RECENT_LABELS = 10
@@ -27,7 +35,7 @@ def review_queue(request: HttpRequest) -> HttpResponse:
     context = {**_queue_context(request), "section": "reviews"}
     chosen = request.GET.get("cluster")
     # Only the full page draws the chart: it costs two measurements per cluster.
-    shown = [c for c in Cluster.objects.all() if not chosen or c.name == chosen]
+    shown = [c for c in visible_clusters(request, REVIEWER) if not chosen or c.name == chosen]
     context["figure"] = agreement_figure(shown)
     context["precision_by_cluster"] = [(c, reviews.precision(c)) for c in shown]
     return page(request, "console/reviews.html", context)
@@ -39,7 +47,8 @@ def review_queue_items(request: HttpRequest) -> HttpResponse:
 
 
 def _queue_context(request: HttpRequest) -> dict[str, object]:
-    clusters = list(Cluster.objects.all())
+    # Only the clusters this person reviews: another cluster's advice is not theirs to see.
+    clusters = visible_clusters(request, REVIEWER)
     chosen = request.GET.get("cluster", "")
     shown = [c for c in clusters if not chosen or c.name == chosen]
     # This reviewer's queue: advice someone else labelled still waits for their label.
@@ -82,7 +91,7 @@ def agreement_figure(clusters: list[Cluster]) -> str:
 @viewer_required
 def agreement_chart(request: HttpRequest) -> HttpResponse:
     """The chart alone (re-fetched when a label changes the rate)."""
-    clusters = list(Cluster.objects.all())
+    clusters = visible_clusters(request)
     chosen = request.GET.get("cluster")
     if chosen:
         clusters = [c for c in clusters if c.name == chosen]
@@ -92,7 +101,9 @@ def agreement_chart(request: HttpRequest) -> HttpResponse:
 @require_POST
 @reviewer_required
 def label(request: HttpRequest, pk: int) -> HttpResponse:
-    advice = get_object_or_404(Advice, pk=pk)
+    # Advice of a cluster this person cannot see is not found; one they only view is refused
+    # by the service (it needs the reviewer role on the advice's cluster).
+    advice = get_object_or_404(visible(Advice.objects.all(), request.user, VIEWER), pk=pk)
     form = LabelForm(request.POST)
     error = ""
     if form.is_valid():

@@ -20,7 +20,7 @@ from remediation.core.policy import InvalidPolicy, Policy
 from remediation.core.verdict import judge_excerpt
 from remediation.services import excerpt_settings
 
-from .common import page, viewer_required
+from .common import narrow_cluster_choices, page, viewer_required
 
 CONTEXT_LINES = 2
 MAX_SHOWN_LINES = 400
@@ -39,6 +39,8 @@ def test_signals(request: HttpRequest) -> HttpResponse:
     form = TestSignalsForm(
         request.POST or None, request.FILES or None, refused=refused_uploads(request)
     )
+    # Another cluster's policy and signatures are not this person's to read.
+    narrow_cluster_choices(form, request)
     context: dict[str, Any] = {"form": form, "section": "signals"}
     if request.method == "POST" and form.is_valid():
         context.update(_diagnose(form))

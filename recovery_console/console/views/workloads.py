@@ -16,10 +16,10 @@ from detection.models import Anomaly, AnomalyState, AttemptMonitor
 from detection.services import job_output_tail
 from recovery_console.console import charts
 from recovery_console.console.forms import WorkloadFilterForm
-from recovery_console.fleet.models import ENDED_ATTEMPT_STATES, Attempt, Cluster, Node, Workload
+from recovery_console.fleet.models import ENDED_ATTEMPT_STATES, Attempt, Node, Workload
 from remediation.models import Milestone
 
-from .common import page, viewer_required
+from .common import narrow_cluster_choices, page, viewer_required, visible, visible_clusters
 
 PER_PAGE = 50
 # The timeline shows the latest attempts; a workload restarted hundreds of times still draws
@@ -33,11 +33,12 @@ FAILED_STATES = frozenset(ENDED_ATTEMPT_STATES - {"COMPLETED"})
 @viewer_required
 def workload_list(request: HttpRequest) -> HttpResponse:
     form = WorkloadFilterForm(request.GET or None)
-    workloads = _filtered(form)
+    narrow_cluster_choices(form, request)
+    workloads = visible(_filtered(form), request.user)
     listing = Paginator(workloads, PER_PAGE).get_page(request.GET.get("page"))
     # Iterating the page caches its objects, so the counts set here reach the template.
     _annotate_counts(list(listing))
-    clusters = list(Cluster.objects.all())
+    clusters = visible_clusters(request)
     context = {
         "form": form,
         "listing": listing,
@@ -94,7 +95,7 @@ def _query_without_page(request: HttpRequest) -> str:
 
 @viewer_required
 def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    workload = _workload(pk)
+    workload = _workload(request, pk)
     context = {
         **_workload_context(workload),
         **_timeline_context(workload),
@@ -105,29 +106,42 @@ def workload_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @viewer_required
 def workload_attempts(request: HttpRequest, pk: int) -> HttpResponse:
-    return page(request, "console/_workload_attempts.html", _workload_context(_workload(pk)))
+    workload = _workload(request, pk)
+    return page(request, "console/_workload_attempts.html", _workload_context(workload))
 
 
 @viewer_required
 def workload_timeline(request: HttpRequest, pk: int) -> HttpResponse:
-    return page(request, "console/_workload_timeline.html", _timeline_context(_workload(pk)))
+    workload = _workload(request, pk)
+    return page(request, "console/_workload_timeline.html", _timeline_context(workload))
 
 
-def _workload(pk: int) -> Workload:
-    return get_object_or_404(Workload.objects.select_related("cluster"), pk=pk)
+def _workload(request: HttpRequest, pk: int) -> Workload:
+    # Another cluster's workload is not found, as in the REST API.
+    workloads = visible(Workload.objects.select_related("cluster"), request.user)
+    return get_object_or_404(workloads, pk=pk)
 
 
 def _workload_context(workload: Workload) -> dict[str, object]:
     attempts = list(workload.attempts.order_by("-first_seen_at", "-attempt_index")[:TABLE_ATTEMPTS])
     latest = attempts[0] if attempts else None
     # Only the latest attempt's output: the one running, or the last to end.
-    output = job_output_tail(workload.cluster, latest.job_id) if latest else []
+    # Read up to the attempt's end: a remote source's window must cover what it wrote last.
+    output = (
+        job_output_tail(workload.cluster, latest.job_id, until=latest.ended_at) if latest else None
+    )
     anomalies = (
         Anomaly.objects.filter(workload=workload)
         .select_related("attempt", "advice")
         .order_by("-detected_at")[:TABLE_ATTEMPTS]
     )
-    return {"workload": workload, "attempts": attempts, "output": output, "anomalies": anomalies}
+    return {
+        "workload": workload,
+        "attempts": attempts,
+        "output": output.lines if output else [],
+        "output_problem": output.problem if output else "",
+        "anomalies": anomalies,
+    }
 
 
 def _timeline_context(workload: Workload) -> dict[str, object]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -189,6 +190,16 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 # Redirects are errors, not followed: urllib would carry our headers (an Authorization) and
 # body on to wherever one points, past the outbound allowlist.
 NO_REDIRECTS = urllib.request.build_opener(_NoRedirects)
+
+
+def opener_trusting(ca_pem: str) -> urllib.request.OpenerDirector:
+    """An opener that follows no redirect and trusts only ``ca_pem`` (PEM text) for HTTPS:
+    a site's own certificate authority. ``ValueError`` when the text holds no certificate."""
+    try:
+        context = ssl.create_default_context(cadata=ca_pem)
+    except (ssl.SSLError, ValueError) as exc:
+        raise ValueError(f"the CA is not a PEM certificate ({exc})") from exc
+    return urllib.request.build_opener(_NoRedirects, urllib.request.HTTPSHandler(context=context))
 
 
 def host_allowed(host: str, allowed_hosts: Sequence[str]) -> bool:

@@ -9,11 +9,13 @@ starts (blocks added later take up to a minute to appear). See the telemetry not
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -189,13 +191,59 @@ def _backfill_labels(backfill: Backfill, gpu: int) -> str:
     )
 
 
-class PrometheusProcess:
-    """Debian's prometheus on a free loopback port, with its own data dir; stopped by PID."""
+@dataclass(frozen=True)
+class WebSecurity:
+    """Prometheus' web config (``--web.config.file``): HTTPS with a self-signed certificate for
+    127.0.0.1, and basic auth. The bcrypt hash is of ``PASSWORD`` at cost 4 (fast per request)."""
 
-    def __init__(self, workdir: Path, targets: list[str]) -> None:
+    directory: Path
+    username: str = "reader"
+    PASSWORD = "prom-reader-password"  # noqa: S105 - a test credential on loopback
+    HASH = "$2b$04$sPo0s1Ojb4MZRd06UXSbNe8/iE1upVC7iX2l8W1Q6AsSlEizz9THm"
+
+    @property
+    def certificate(self) -> Path:
+        return self.directory / "prometheus.pem"
+
+    def write(self) -> Path:
+        key = self.directory / "prometheus.key"
+        subprocess.run(
+            [
+                require_binary("openssl"),
+                *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"),
+                *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+                *("-keyout", str(key), "-out", str(self.certificate)),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        config = self.directory / "web.yml"
+        config.write_text(
+            f"tls_server_config:\n  cert_file: {self.certificate}\n  key_file: {key}\n"
+            f"basic_auth_users:\n  {self.username}: {self.HASH}\n"
+        )
+        return config
+
+    def open(self, url: str) -> Any:
+        context = ssl.create_default_context(cafile=str(self.certificate))
+        pair = base64.b64encode(f"{self.username}:{self.PASSWORD}".encode()).decode()
+        request = urllib.request.Request(url, headers={"Authorization": f"Basic {pair}"})  # noqa: S310
+        return urllib.request.urlopen(request, timeout=5, context=context)  # noqa: S310
+
+
+class PrometheusProcess:
+    """Debian's prometheus on a free loopback port, with its own data dir; stopped by PID.
+    With ``security`` it answers only HTTPS with basic auth."""
+
+    def __init__(
+        self, workdir: Path, targets: list[str], security: WebSecurity | None = None
+    ) -> None:
         self.workdir = workdir
         self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.security = security
+        scheme = "https" if security else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         self.config = workdir / "prometheus.yml"
         self.config.write_text(_config(targets))
         self.log = workdir / "prometheus.log"
@@ -203,6 +251,7 @@ class PrometheusProcess:
 
     def start(self) -> None:
         binary = require_binary("prometheus")
+        web = [f"--web.config.file={self.security.write()}"] if self.security else []
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
                 [
@@ -212,6 +261,7 @@ class PrometheusProcess:
                     "--storage.tsdb.retention.time=3650d",  # keeps the backfilled past
                     f"--web.listen-address=127.0.0.1:{self.port}",
                     "--log.level=warn",
+                    *web,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -238,13 +288,18 @@ class PrometheusProcess:
 
     def query(self, promql: str) -> list[Any]:
         url = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
-        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback http
+        with self._open(url) as response:
             data: list[Any] = json.load(response)["data"]["result"]
             return data
 
+    def _open(self, url: str) -> Any:
+        if self.security is not None:
+            return self.security.open(url)
+        return urllib.request.urlopen(url, timeout=5)  # noqa: S310 - loopback http
+
     def _scrape_errors(self) -> list[str]:
         try:
-            with urllib.request.urlopen(f"{self.url}/api/v1/targets", timeout=5) as response:  # noqa: S310
+            with self._open(f"{self.url}/api/v1/targets") as response:
                 targets = json.load(response)["data"]["activeTargets"]
         except OSError as exc:
             return [f"cannot list targets: {exc}"]
