@@ -88,7 +88,9 @@ def test_silence_is_marked_once_audited_and_notified_and_a_return_clears_it(clus
     entry = AuditEntry.objects.get(verb="controller.silent")
     assert entry.payload["role"] == "watchdog" and entry.payload["silent_for_s"] == 31
     assert events_of(entry.verb, entry.payload) == ["reporter_silent"]
-    assert "watchdog wd has sent no heartbeat for 31 s" in message_for(entry, "reporter_silent").text
+    assert (
+        "watchdog wd has sent no heartbeat for 31 s" in message_for(entry, "reporter_silent").text
+    )
     (health,) = reporters.health([cluster], now + timedelta(seconds=40))
     assert (health.status, health.role) == ("silent", "watchdog")
     beat(client, role="watchdog", interval_s=5)
@@ -137,3 +139,20 @@ def test_the_api_lists_each_reporters_health(cluster) -> None:
         "unused",
         None,
     )
+
+
+def test_the_cluster_page_shows_each_reporters_health(cluster) -> None:
+    controller, watchdog = client_for(cluster, "head-ctl"), client_for(cluster, "head-wd")
+    beat(controller, controller_version="1.0", transport="local", last_error="")
+    beat(watchdog, role="watchdog", last_error="reading Slurm: squeue timed out")
+    controller.post("/api/v1/advisor/research/snapshots", SNAPSHOT, format="json")
+    viewer = Client()
+    viewer.force_login(UserFactory(username="vera", roles=["viewer"]))
+    page = viewer.get("/clusters/research/").content.decode()
+    partial = viewer.get("/clusters/research/_reporters").content.decode()
+    for html in (page, partial):
+        assert 'data-reporter="head-ctl" data-status="ok"' in html
+        assert 'data-reporter="head-wd" data-status="failing"' in html
+        assert "reading Slurm: squeue timed out" in html
+        assert "2026-11-29 12:00:00" in html  # the controller's last snapshot
+    assert 'data-events="cluster.changed:reporters"' in page
