@@ -11,9 +11,11 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from signal import SIGINT, SIGTERM
 from typing import Any
 
 from .advisor_http import HttpAdvisor
@@ -79,20 +81,21 @@ def run_controller(options: dict[str, Any]) -> None:
         options.get("partition") or [],
         transport_name=_transport_name(options),
     )
-    # The cycle in hand stops after the advice in hand (``stopping``).
-    stop = _stop_on_signals(lambda: setattr(controller, "stopping", True))
     log.info("controller for %s on %s", options["url"], slurm.transport.target)
-    while True:
-        report = controller.cycle()
-        log.info(
-            "%s advice, carried out %s, abandoned %s%s",
-            report.advice_seen,
-            report.carried_out,
-            report.abandoned,
-            f", error: {report.error}" if report.error else "",
-        )
-        if options.get("once") or stop.is_set() or stop.wait(options["interval"]):
-            return
+    # The cycle in hand stops after the advice in hand (``stopping``).
+    with _stop_on_signals(lambda: setattr(controller, "stopping", True)) as stop:
+        _loop(lambda: _controller_cycle(controller), options, stop)
+
+
+def _controller_cycle(controller: Controller) -> None:
+    report = controller.cycle()
+    log.info(
+        "%s advice, carried out %s, abandoned %s%s",
+        report.advice_seen,
+        report.carried_out,
+        report.abandoned,
+        f", error: {report.error}" if report.error else "",
+    )
 
 
 def run_watchdog(options: dict[str, Any]) -> None:
@@ -109,12 +112,20 @@ def run_watchdog(options: dict[str, Any]) -> None:
         standby_after_s=options.get("standby_after") or DEFAULT_STANDBY_AFTER_S,
         transport_name=_transport_name(options),
     )
-    stop = _stop_on_signals()
     log.info("watchdog for %s on %s, state in %s", options["url"], slurm.transport.target, state)
+    with _stop_on_signals() as stop:
+        _loop(lambda: _watchdog_cycle(watchdog), options, stop)
+
+
+def _watchdog_cycle(watchdog: Watchdog) -> None:
+    released = watchdog.cycle()
+    if released:
+        log.warning("released %s", ", ".join(released))
+
+
+def _loop(cycle: Callable[[], None], options: dict[str, Any], stop: threading.Event) -> None:
     while True:
-        released = watchdog.cycle()
-        if released:
-            log.warning("released %s", ", ".join(released))
+        cycle()
         if options.get("once") or stop.is_set() or stop.wait(options["interval"]):
             return
 
@@ -139,18 +150,23 @@ def _transport_name(options: dict[str, Any]) -> str:
     return "ssh" if options.get("ssh") else "local"
 
 
-def _stop_on_signals(also: Callable[[], None] = lambda: None) -> threading.Event:
+@contextmanager
+def _stop_on_signals(also: Callable[[], None] = lambda: None) -> Iterator[threading.Event]:
     """Set on SIGTERM or SIGINT: the step in hand finishes, the next cycle does not start (a
-    Slurm step cut in half would be worse than exiting a little later)."""
+    Slurm step cut in half would be worse than exiting a little later). The previous handlers
+    come back afterwards (a management command runs inside another program)."""
     stop = threading.Event()
 
     def handler(*_: object) -> None:
         stop.set()
         also()
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, handler)
-    return stop
+    previous = {signum: signal.signal(signum, handler) for signum in (SIGTERM, SIGINT)}
+    try:
+        yield stop
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

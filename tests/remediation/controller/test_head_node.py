@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from django.core.management import CommandError, call_command
 
 from detection.scan import scan_cluster
 from recovery_console.fleet import services as console
@@ -224,3 +225,20 @@ def test_the_watchdog_applies_the_exclusion_when_the_controller_dies_after_reque
     assert "node2" not in second.nodes and second.excluded_nodes == ["node2"]
     raw = next(j for j in slurm_lab.squeue() if str(j["job_id"]) == job_id)
     assert raw["job_state"] == "RUNNING" and "node2" in raw["excluded_nodes"]
+
+
+def test_the_management_commands_run_the_same_over_http_and_issue_no_token(
+    head_node: HeadNode, slurm_lab: SlurmLab, tmp_path: Path
+) -> None:
+    cluster = lab_cluster(slurm_lab)
+    token_file = head_node.token_file(cluster, "console-host")
+    common = ["--url", head_node.url, "--token-file", str(token_file)]
+    common += ["--slurm-conf", str(slurm_lab.slurm_conf), "--once"]
+    call_command("run_controller", *common)
+    call_command("run_watchdog", *common, "--state-file", str(tmp_path / "w.json"))
+    assert list(ControllerToken.objects.values_list("name", flat=True)) == ["console-host"]
+    assert token("console-host").heartbeat["role"] == "watchdog"  # the last to beat
+    with pytest.raises(CommandError, match="cannot read the token file"):
+        call_command("run_controller", "--url", head_node.url, "--token-file", "/nonexistent")
+    with pytest.raises(CommandError, match="--url"):
+        call_command("run_watchdog", "--token-file", str(token_file))
