@@ -195,8 +195,8 @@ class Watchdog:
     def _release(
         self, job: JobRecord, held_for: float, advice: AdviceItem | None, now: datetime
     ) -> bool:
+        excluded = self._apply_exclusions(job, advice)
         try:
-            excluded = self._apply_exclusions(job, advice)
             self.scheduler.release(job.job_id)
         except (SlurmCommandError, TransportError) as exc:
             # Still held and still timed: the next cycle tries again.
@@ -230,7 +230,12 @@ class Watchdog:
         wanted = set(advice.exclude_nodes) | set(job.excluded_nodes)
         if wanted <= set(job.excluded_nodes):
             return []  # the controller got that far before it died
-        self.scheduler.update_exclusions(job.job_id, sorted(wanted))
+        try:
+            self.scheduler.update_exclusions(job.job_id, sorted(wanted))
+        except (SlurmCommandError, TransportError, ValueError) as exc:
+            # Fail open all the same: a refused exclusion must never keep the job held.
+            log.warning("watchdog could not exclude %s from %s: %s", wanted, job.job_id, exc)
+            return []
         return sorted(wanted)
 
     # -- reporting -----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from recovery_console.demo.slurm import SimulatedSlurm
 from recovery_console.fleet import services
 from recovery_console.fleet.models import AuditEntry, ClusterMode
 from remediation.controller.reconciler import AdvisorUnavailable, Controller
+from remediation.controller.slurm import SlurmCommandError
 from remediation.controller.transport import TransportError
 from remediation.controller.watchdog import Watchdog
 from remediation.local_advisor import LocalAdvisor, controller_token_for
@@ -225,3 +226,20 @@ def test_the_watchdog_heartbeats_and_reports_slurm_only_while_no_one_else_does(h
     watchdog.cycle()
     token.refresh_from_db()
     assert watchdog.snapshots_reported == 1 and token.last_snapshot_at is not None
+
+
+class RefusesExclusions(SimulatedSlurm):
+    def update_exclusions(self, job_id: str, nodes) -> None:
+        raise SlurmCommandError(["scontrol", "update"], 1, "Invalid node name specified")
+
+
+def test_a_refused_exclusion_never_keeps_the_job_held(held_without_exclusion) -> None:
+    runner, job_id, state = held_without_exclusion
+    advisor = LocalAdvisor(controller_token_for(runner.cluster, "watchdog"))
+    watchdog = Watchdog(RefusesExclusions(runner.simulator), lambda: runner.now, 60, advisor, state)
+    watchdog.cycle()
+    runner.step(70)
+    assert watchdog.cycle() == [job_id]
+    assert not SimulatedSlurm(runner.simulator).job(job_id).held
+    steps = Milestone.objects.filter(detail__by="watchdog").values_list("action", flat=True)
+    assert list(steps) == ["release"]
