@@ -1,6 +1,7 @@
 """The controller and the watchdog as a Slurm head node runs them: separate processes started with
-only the console's URL and a token file, no ``DATABASE_URL``, no Django (importing it fails in
-them), against a live console over HTTP and the real local Slurm cluster.
+only the console's URL and a token file, no ``DATABASE_URL`` and no installed package (Django
+cannot even be imported in them), against a live console over HTTP and the real local Slurm
+cluster.
 
 - Both heartbeat with their role; the watchdog stays a standby while the controller reports
   Slurm's state, and reports it itself once the controller is gone.
@@ -35,13 +36,9 @@ from .test_end_to_end import FAILING_ON_NODE2
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
-# The head node has no Django: any import of it (or of the console's other frameworks) fails.
-NO_DJANGO = (
-    "import sys\n"
-    "sys.modules.update(dict.fromkeys(['django', 'rest_framework', 'celery', 'channels']))\n"
-    "from remediation.controller.cli import main\n"
-    "sys.exit(main())\n"
-)
+# The head node has Python and the source tree only: -S leaves out every installed package
+# (Django, DRF, Celery ...), so an import of one fails the process.
+HEAD_NODE_PYTHON = [sys.executable, "-S", "-m", "remediation.controller"]
 HOLD_TIMEOUT_S = 10  # the policy's smallest
 # Stands in for scontrol in the controller's PATH: on the step after requeuehold (the exclusion,
 # or a release) it kills the controller outright, as a crash or an OOM kill would.
@@ -77,7 +74,7 @@ class HeadNode:
         env["PYTHONPATH"] = str(ROOT)
         if path_prefix is not None:
             env["PATH"] = f"{path_prefix}:{env['PATH']}"
-        argv = [sys.executable, "-c", NO_DJANGO, role, "--url", self.url]
+        argv = [*HEAD_NODE_PYTHON, role, "--url", self.url]
         argv += ["--token-file", str(token), "--slurm-conf", str(self.lab.slurm_conf)]
         argv += ["--interval", "1", *options]
         log = (self.workdir / f"{role}-{len(self.processes)}.log").open("w")
@@ -89,7 +86,7 @@ class HeadNode:
 
     def log_of(self, process: subprocess.Popen[str]) -> str:
         index = self.processes.index(process)
-        role = process.args[3]  # type: ignore[index]
+        role = process.args[len(HEAD_NODE_PYTHON)]  # type: ignore[index]
         return (self.workdir / f"{role}-{index}.log").read_text()
 
     def stop_all(self) -> None:
