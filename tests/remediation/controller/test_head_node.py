@@ -217,7 +217,7 @@ def test_the_watchdog_applies_the_exclusion_when_the_controller_dies_after_reque
         ("update_exclusions", "head-watchdog"),
         ("release", "head-watchdog"),
     ]
-    assert steps[2].detail["held_for_s"] > HOLD_TIMEOUT_S
+    assert steps[2].detail["held_for_s"] >= HOLD_TIMEOUT_S  # rounded to 0.1 s
     second = Attempt.objects.get(job_id=job_id, attempt_index=1)
     assert "node2" not in second.nodes and second.excluded_nodes == ["node2"]
     raw = next(j for j in slurm_lab.squeue() if str(j["job_id"]) == job_id)
