@@ -17,6 +17,7 @@ urlpatterns = [
     path("workloads/<int:pk>/_timeline", views.workload_timeline, name="workload-timeline"),
     path("workloads/", views.workload_list, name="workloads"),
     path("clusters/<slug:name>/_card", views.cluster_card, name="cluster-card"),
+    path("clusters/<slug:name>/_reporters", views.cluster_reporters, name="cluster-reporters"),
     path("clusters/<slug:name>/nodes/", views.node_list, name="nodes"),
     path("clusters/<slug:name>/nodes/_table", views.node_table, name="nodes-table"),
     path(

@@ -6,9 +6,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
+
 from recovery_console.fleet import services as console
 from recovery_console.fleet.core.scheduler import ClusterSnapshot
-from remediation import services
+from remediation import reporters, services
 from remediation.advisor.serializers import AdviceSerializer
 from remediation.controller.reconciler import AdviceItem, AdviceWithdrawn
 
@@ -21,6 +23,7 @@ class LocalAdvisor:
 
     def post_snapshot(self, snapshot: ClusterSnapshot) -> None:
         console.record_snapshot(self.token.actor, self.token.cluster, snapshot)
+        reporters.snapshot_reported(self.token, snapshot.taken_at)
 
     def active_advice(self) -> list[AdviceItem]:
         # Through the API's own serializer, so an in-process controller sees what an HTTP one does.
@@ -44,8 +47,8 @@ class LocalAdvisor:
         except services.AdviceWithdrawn as exc:
             raise AdviceWithdrawn(str(exc)) from exc
 
-    def heartbeat(self, info: dict[str, Any]) -> None:
-        services.heartbeat(self.token, info)
+    def heartbeat(self, info: dict[str, Any]) -> dict[str, Any]:
+        return reporters.heartbeat(self.token, info, timezone.now())
 
 
 def controller_token_for(cluster: Any, name: str = "local") -> ControllerToken:

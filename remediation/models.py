@@ -145,7 +145,12 @@ class ControllerToken(models.Model):
     created_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # The last heartbeat's body: role (controller | watchdog), version, transport, last error.
     heartbeat = models.JSONField(default=dict, blank=True)
+    # When Slurm's state it last reported was taken (the watchdog reports only as a standby).
+    last_snapshot_at = models.DateTimeField(null=True, blank=True)
+    # Set once when its heartbeats stop (audited and notified), cleared by the next heartbeat.
+    silent_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints: ClassVar = [

@@ -583,12 +583,6 @@ def _mark_drained(advice: Advice, node: str, at: datetime) -> None:
     health.save()
 
 
-def heartbeat(controller: ControllerToken, info: dict[str, Any]) -> None:
-    ControllerToken.objects.filter(pk=controller.pk).update(
-        last_heartbeat_at=timezone.now(), heartbeat=info
-    )
-
-
 @transaction.atomic
 def release_node(actor: str, cluster: Cluster, name: str, reason: str) -> NodeHealth:
     """A person returns a drained or suspect node to service; the reason is required."""

@@ -23,6 +23,7 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    InfoMetricFamily,
     Metric,
 )
 from prometheus_client.registry import Collector
@@ -30,7 +31,8 @@ from prometheus_client.registry import Collector
 from detection.models import Anomaly, AnomalyState, SourceCursor, TelemetryGap
 from recovery_console.console import reviews
 from recovery_console.fleet.models import Cluster, ClusterMode
-from remediation.models import Advice, AdviceState, ControllerToken
+from remediation import reporters
+from remediation.models import Advice, AdviceState
 
 PREFIX = "recovery_console"
 # Detection targets p95 <= 15 s (DESIGN.md §5) and action p95 <= 30 s: buckets around them.
@@ -64,7 +66,7 @@ class ConsoleCollector(Collector):
             ACTION_BUCKETS,
         )
         yield from _sources()
-        yield from _controllers()
+        yield from _controllers(clusters)
 
 
 def _clusters(clusters: list[Cluster]) -> Iterator[Metric]:
@@ -248,22 +250,46 @@ def _sources() -> Iterator[Metric]:
     yield gap
 
 
-def _controllers() -> Iterator[Metric]:
+def _controllers(clusters: list[Cluster]) -> Iterator[Metric]:
+    """Each controller and watchdog that has been heard from; a token never used has no
+    series (its age would be +Inf and page someone for a process that was never started)."""
+    labels = ["cluster", "controller", "role"]
     age = GaugeMetricFamily(
         f"{PREFIX}_controller_heartbeat_age_seconds",
-        "Seconds since each controller's last heartbeat (+Inf: it never sent one).",
-        labels=["cluster", "controller"],
+        "Seconds since each controller's or watchdog's last heartbeat.",
+        labels=labels,
     )
-    now = timezone.now()
-    # Revoked controllers are gone on purpose: their silence must not page anyone.
-    tokens = ControllerToken.objects.filter(revoked_at__isnull=True).values_list(
-        "cluster__name", "name", "last_heartbeat_at"
+    snapshot = GaugeMetricFamily(
+        f"{PREFIX}_controller_last_snapshot_timestamp_seconds",
+        "When the Slurm state a controller or watchdog last reported was taken (Unix time).",
+        labels=labels,
     )
-    for cluster, controller, last in tokens:
-        seconds = (now - last).total_seconds() if last is not None else float("inf")
-        # A heartbeat stamped ahead of this clock (skew) reads as zero, not negative.
-        age.add_metric([cluster, controller], max(0.0, seconds))
-    yield age
+    silent = GaugeMetricFamily(
+        f"{PREFIX}_controller_silent",
+        "1 once a controller or watchdog has missed its heartbeats (notified), else 0.",
+        labels=labels,
+    )
+    failing = GaugeMetricFamily(
+        f"{PREFIX}_controller_failing",
+        "1 when the last heartbeat reported an error (Slurm or the console unreachable).",
+        labels=labels,
+    )
+    info = InfoMetricFamily(
+        f"{PREFIX}_controller",
+        "The version and transport each controller and watchdog last reported.",
+        labels=labels,
+    )
+    for h in reporters.health(clusters, timezone.now()):
+        if h.heartbeat_age_s is None:
+            continue
+        key = [h.cluster, h.name, h.role]
+        age.add_metric(key, h.heartbeat_age_s)
+        silent.add_metric(key, 1.0 if h.status == "silent" else 0.0)
+        failing.add_metric(key, 1.0 if h.last_error else 0.0)
+        info.add_metric(key, {"version": h.version, "transport": h.transport})
+        if h.last_snapshot_at is not None:
+            snapshot.add_metric(key, h.last_snapshot_at.timestamp())
+    yield from (age, snapshot, silent, failing, info)
 
 
 # A registry of our own, without the default one's process metrics, which differ between

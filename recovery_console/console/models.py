@@ -141,6 +141,7 @@ class NotificationEvent(models.TextChoices):
     MODE_CHANGE = "mode_change", "Cluster mode changed"
     REVIEW_NEEDED = "review_needed", "Advice waiting for review"
     TELEMETRY_GAP = "telemetry_gap", "Telemetry source down, silent or late"
+    REPORTER_SILENT = "reporter_silent", "Controller or watchdog silent"
 
 
 class NotificationKind(models.TextChoices):

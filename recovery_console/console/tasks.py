@@ -26,6 +26,7 @@ from recovery_console.console.models import NotificationChannel
 from recovery_console.fleet import services
 from recovery_console.fleet.core.scheduler import snapshot_from_json
 from recovery_console.fleet.models import AuditEntry, Cluster
+from remediation import reporters
 from remediation import services as remediation
 
 from .notifications import delivery as notifications
@@ -59,6 +60,8 @@ def run_cycle(cluster_id: int) -> str:
         deadline = time.monotonic() + settings.CYCLE_BUDGET_SECONDS
         scanned = scan.scan_cluster(cluster, timezone.now(), deadline=deadline)
         advised = remediation.advise_cluster(cluster, timezone.now())
+        # Here, not in beat: a cluster whose cycles run has its controller's silence noticed.
+        reporters.check_silence(cluster, timezone.now())
     finally:
         cache.delete(cycle_lease(cluster_id))
     return f"{cluster.name}: {scanned}; {advised} advice"

@@ -81,7 +81,9 @@ def send_anomaly(cluster_id: int, workload_id: int, anomaly_id: int) -> None:
     transaction.on_commit(lambda: _send(groups, event))
 
 
-ClusterPart = Literal["reviews", "mode", "settings", "nodes", "notifications", "telemetry"]
+ClusterPart = Literal[
+    "reviews", "mode", "settings", "nodes", "notifications", "telemetry", "reporters"
+]
 
 
 class ClusterChanged(TypedDict):

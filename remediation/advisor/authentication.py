@@ -38,6 +38,13 @@ class ControllerTokenAuthentication(authentication.BaseAuthentication):
         return self.keyword
 
 
+class IsController(permissions.BasePermission):
+    """Any controller token (for the one view that names no cluster)."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return isinstance(request.auth, ControllerToken)
+
+
 class IsControllerOfCluster(permissions.BasePermission):
     """A controller token acts on its own cluster only: another cluster's URL gets 403."""
 

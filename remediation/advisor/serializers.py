@@ -142,6 +142,9 @@ class MilestoneSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class HeartbeatSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    role = serializers.ChoiceField(choices=["controller", "watchdog"], default="controller")
+    # Its cycle: the console counts it silent after a few of these without a heartbeat.
+    interval_s = serializers.FloatField(min_value=0.1, max_value=3600, required=False)
     controller_version = serializers.CharField(max_length=50, required=False, default="")
     transport = serializers.CharField(max_length=50, required=False, default="")
     slurm_version = serializers.CharField(max_length=50, required=False, default="")
@@ -151,3 +154,24 @@ class HeartbeatSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
     def to_info(self) -> dict[str, Any]:
         return dict(self.validated_data)
+
+
+class HoldTimeoutsSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    default = serializers.FloatField()
+    partitions = serializers.DictField(child=serializers.FloatField())
+
+
+class HeartbeatAnswerSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    snapshot_age_s = serializers.FloatField(
+        allow_null=True,
+        help_text="seconds since Slurm's state was last reported under another token of the "
+        "cluster (null: never); a watchdog reports its own when this grows old",
+    )
+    hold_timeouts = HoldTimeoutsSerializer()
+
+
+class WhoAmISerializer(serializers.Serializer):  # type: ignore[type-arg]
+    cluster = serializers.CharField()
+    name = serializers.CharField()
+    mode = serializers.CharField()
+    hold_timeouts = HoldTimeoutsSerializer()

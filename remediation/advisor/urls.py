@@ -3,6 +3,8 @@ from django.urls import path
 from remediation.advisor import views
 
 urlpatterns = [
+    # One segment, so no cluster name can take its place.
+    path("self", views.WhoAmIView.as_view(), name="advisor-self"),
     path("<slug:cluster>/snapshots", views.SnapshotView.as_view(), name="advisor-snapshots"),
     path("<slug:cluster>/advice", views.AdviceListView.as_view(), name="advisor-advice"),
     path(

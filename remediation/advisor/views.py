@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied
@@ -23,11 +24,11 @@ from recovery_console.fleet.core.scheduler import (
     NodeRecord,
     NodeState,
 )
-from remediation import services
+from remediation import reporters, services
 from remediation.advisor import serializers as s
 from remediation.models import Advice, ControllerToken
 
-from .authentication import ControllerTokenAuthentication, IsControllerOfCluster
+from .authentication import ControllerTokenAuthentication, IsController, IsControllerOfCluster
 
 
 def controller_of(request: Request) -> ControllerToken:
@@ -84,6 +85,7 @@ class SnapshotView(AdvisorView):
             rejected=[*bad_jobs, *bad_nodes],
             positions=([n for n, _ in jobs], [n for n, _ in nodes]),
         )
+        reporters.snapshot_reported(controller_of(request), snapshot.taken_at)
         return Response(s.SnapshotResultSerializer(result).data)
 
 
@@ -246,10 +248,25 @@ class MilestoneView(AdvisorView):
 
 
 class HeartbeatView(AdvisorView):
-    @extend_schema(request=s.HeartbeatSerializer, responses={204: None})
+    @extend_schema(request=s.HeartbeatSerializer, responses=s.HeartbeatAnswerSerializer)
     def post(self, request: Request, cluster: str) -> Response:
-        """The controller is alive; the console and the watchdog read these."""
+        """A controller or watchdog is alive (shown on the cluster page, in the API and
+        /metrics; silence is notified). The answer says whether anyone else reports Slurm's
+        state, and the hold timeouts in force."""
         payload = s.HeartbeatSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        services.heartbeat(controller_of(request), payload.to_info())
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        answer = reporters.heartbeat(controller_of(request), payload.to_info(), timezone.now())
+        return Response(s.HeartbeatAnswerSerializer(answer).data)
+
+
+class WhoAmIView(APIView):
+    """Needs a controller token of any cluster: it is how a token's holder learns which."""
+
+    authentication_classes = (ControllerTokenAuthentication,)
+    permission_classes = (IsController,)
+
+    @extend_schema(responses=s.WhoAmISerializer)
+    def get(self, request: Request) -> Response:
+        """The token's cluster and name, the cluster's mode and its hold timeouts: a controller
+        or watchdog started with only the console's URL and a token reads these first."""
+        return Response(s.WhoAmISerializer(reporters.whoami(controller_of(request))).data)

@@ -19,10 +19,40 @@ MAX_PAGES = 1000  # a cursor that never ends must not keep the cycle forever
 
 
 class HttpAdvisor:
-    def __init__(self, base_url: str, cluster: str, token: str, timeout: float = 10.0) -> None:
-        # Quoted: a cluster name must not be able to change the path it is sent to.
-        self.base = f"{base_url.rstrip('/')}/api/v1/advisor/{quote(cluster)}"
+    """``cluster`` may be left out: the token names it (``GET /api/v1/advisor/self``), asked on
+    first use. ``heartbeat_extra`` goes with every heartbeat (the sender's role, interval)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        cluster: str | None,
+        token: str,
+        timeout: float = 10.0,
+        heartbeat_extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.root = f"{base_url.rstrip('/')}/api/v1/advisor"
+        self.cluster = cluster
         self.token, self.timeout = token, timeout
+        self.heartbeat_extra = dict(heartbeat_extra or {})
+
+    @property
+    def base(self) -> str:
+        if self.cluster is None:
+            self.cluster = str(self.whoami()["cluster"])
+        # Quoted: a cluster name must not be able to change the path it is sent to.
+        return f"{self.root}/{quote(self.cluster)}"
+
+    def whoami(self) -> dict[str, Any]:
+        """The token's cluster and name, and the settings its holder needs (hold timeout)."""
+        answer = self._request("GET", f"{self.root}/self")
+        if not isinstance(answer, dict) or not answer.get("cluster"):
+            raise AdvisorUnavailable(f"GET {self.root}/self: no cluster in {answer!r}"[:500])
+        if self.cluster is not None and answer["cluster"] != self.cluster:
+            # A token of another cluster would be refused on every call: say so at once.
+            raise AdvisorUnavailable(
+                f"the token belongs to cluster {answer['cluster']!r}, not {self.cluster!r}"
+            )
+        return answer
 
     def post_snapshot(self, snapshot: ClusterSnapshot) -> None:
         self._call("POST", "/snapshots", snapshot_to_json(snapshot))
@@ -71,13 +101,19 @@ class HttpAdvisor:
             # Recorded, but the advice was withdrawn: no further step (only this answer is 409).
             raise AdviceWithdrawn(exc.detail) from exc
 
-    def heartbeat(self, info: dict[str, Any]) -> None:
-        self._call("POST", "/heartbeat", info)
+    def heartbeat(self, info: dict[str, Any]) -> dict[str, Any]:
+        """Alive; the answer says how fresh the console's other snapshots are, and the hold
+        timeout (an older console answers nothing: an empty dict)."""
+        answer = self._call("POST", "/heartbeat", {**info, **self.heartbeat_extra})
+        return answer if isinstance(answer, dict) else {}
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
+        return self._request(method, self.base + path, body)
+
+    def _request(self, method: str, url: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(  # noqa: S310 - the URL is the operator's console
-            self.base + path,
+            url,
             data=data,
             method=method,
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
@@ -91,12 +127,14 @@ class HttpAdvisor:
             detail = exc.read()[:2000].decode(errors="replace")
             if exc.code == 409:
                 raise _Conflict(detail) from exc
-            raise AdvisorUnavailable(
-                f"{method} {self.base}{path}: HTTP {exc.code} {detail}"
-            ) from exc
+            raise AdvisorUnavailable(f"{method} {url}: HTTP {exc.code} {detail}") from exc
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise AdvisorUnavailable(f"{method} {self.base}{path}: {exc}") from exc
-        return json.loads(raw) if raw else None
+            raise AdvisorUnavailable(f"{method} {url}: {exc}") from exc
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError as exc:
+            # A proxy's HTML page answered instead of the console: an outage, not a crash.
+            raise AdvisorUnavailable(f"{method} {url}: not JSON: {raw[:200]!r}") from exc
 
 
 def _next_path(link: str | None) -> str | None:

@@ -1,11 +1,10 @@
-"""Builds the controller's and the watchdog's connections from command-line options."""
+"""Builds the controller's and the watchdog's Slurm connection from command-line options."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from .advisor_http import HttpAdvisor
 from .slurm import SlurmClient
 from .transport import LocalTransport, SshTransport, Transport
 
@@ -29,11 +28,3 @@ def transport_from(options: dict[str, Any]) -> Transport:
 
 def slurm_from(options: dict[str, Any]) -> SlurmClient:
     return SlurmClient(transport_from(options))
-
-
-def http_advisor_from(options: dict[str, Any], cluster: str) -> HttpAdvisor | None:
-    """The console over HTTP when ``--url`` is given (the token from ``--token-file``)."""
-    if not options.get("url"):
-        return None
-    token = Path(options["token_file"]).read_text().strip()
-    return HttpAdvisor(options["url"], cluster, token)

@@ -73,7 +73,8 @@ class Advisor(Protocol):
     def milestone(
         self, advice: AdviceItem, step: str, at: datetime, detail: dict[str, Any], key: str
     ) -> None: ...
-    def heartbeat(self, info: dict[str, Any]) -> None: ...
+    # The answer: the freshness of the console's other snapshots, the hold timeout.
+    def heartbeat(self, info: dict[str, Any]) -> dict[str, Any] | None: ...
 
 
 class Scheduler(Protocol):

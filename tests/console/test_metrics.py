@@ -105,7 +105,19 @@ def test_source_health_and_controller_heartbeats_are_exported(cluster) -> None:
         digest="a" * 64,
         created_at=now,
         last_heartbeat_at=now - timedelta(seconds=90),
+        last_snapshot_at=now - timedelta(seconds=95),
+        heartbeat={"role": "controller", "controller_version": "1.0", "transport": "ssh"},
+        silent_since=now - timedelta(seconds=20),
     )
+    ControllerToken.objects.create(
+        cluster=cluster,
+        name="w1",
+        digest="c" * 64,
+        created_at=now,
+        last_heartbeat_at=now - timedelta(seconds=2),
+        heartbeat={"role": "watchdog", "last_error": "console: connection refused"},
+    )
+    # Issued, never started: no series, rather than an age of +Inf that pages someone.
     ControllerToken.objects.create(cluster=cluster, name="c2", digest="b" * 64, created_at=now)
     with time_machine.travel(now, tick=False):
         metrics = scrape()
@@ -116,9 +128,19 @@ def test_source_health_and_controller_heartbeats_are_exported(cluster) -> None:
     assert metrics["recovery_console_source_last_success_timestamp_seconds"] == {
         labels(cluster="research", source="logs"): pytest.approx(now.timestamp())
     }
-    ages = metrics["recovery_console_controller_heartbeat_age_seconds"]
-    assert ages[labels(cluster="research", controller="c1")] == pytest.approx(90.0)
-    assert ages[labels(cluster="research", controller="c2")] == float("inf")
+    c1 = labels(cluster="research", controller="c1", role="controller")
+    w1 = labels(cluster="research", controller="w1", role="watchdog")
+    assert metrics["recovery_console_controller_heartbeat_age_seconds"] == {
+        c1: pytest.approx(90.0),
+        w1: pytest.approx(2.0),
+    }
+    assert metrics["recovery_console_controller_last_snapshot_timestamp_seconds"] == {
+        c1: pytest.approx((now - timedelta(seconds=95)).timestamp())
+    }
+    assert metrics["recovery_console_controller_silent"] == {c1: 1.0, w1: 0.0}
+    assert metrics["recovery_console_controller_failing"] == {c1: 0.0, w1: 1.0}
+    info = metrics["recovery_console_controller_info"]
+    assert info[labels(**dict(c1), version="1.0", transport="ssh")] == 1.0
 
 
 def test_the_mode_and_the_agreement_are_exported(cluster) -> None:

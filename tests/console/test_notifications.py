@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -494,3 +494,26 @@ def test_a_long_message_fits_slacks_section_and_keeps_its_link() -> None:
     section = delivery.slack_body(message)["blocks"][0]["text"]["text"]
     assert len(section) == 3000
     assert section.endswith(" <https://console.example.org/|Open in the console>")
+
+
+def test_a_watchdog_gone_silent_is_announced_once_by_the_clusters_cycle(
+    admin, cluster, receiver, django_capture_on_commit_callbacks
+) -> None:
+    from django.utils import timezone
+
+    from recovery_console.console.tasks import run_cycle
+    from remediation.models import ControllerToken
+
+    webhook(admin, cluster, receiver, events=["reporter_silent"])
+    token = remediation.issue_controller_token("user:root", cluster, "head-watchdog").token
+    quiet_since = timezone.now() - timedelta(seconds=45)
+    ControllerToken.objects.filter(pk=token.pk).update(
+        last_heartbeat_at=quiet_since, heartbeat={"role": "watchdog", "interval_s": 5}
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        run_cycle(cluster.pk)
+        run_cycle(cluster.pk)  # still silent: told once
+    [body] = receiver.bodies
+    assert body["event"] == "reporter_silent"
+    said = "[research] The watchdog head-watchdog has sent no heartbeat for "
+    assert body["text"].startswith(said) and body["payload"]["silent_for_s"] >= 45

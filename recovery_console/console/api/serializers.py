@@ -29,9 +29,7 @@ def _cluster_name(nullable: bool = False) -> serializers.SlugRelatedField:  # ty
 
 
 def _username(nullable: bool = False) -> serializers.SlugRelatedField:  # type: ignore[type-arg]
-    return serializers.SlugRelatedField(
-        slug_field="username", read_only=True, allow_null=nullable
-    )
+    return serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=nullable)
 
 
 class ClusterSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -57,6 +55,23 @@ class ClusterSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         data["telemetry"] = redacted(data["telemetry"])
         data["scheduler"] = redacted(data["scheduler"])
         return data
+
+
+class ReporterHealthSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """One controller or watchdog, as the console last heard from it."""
+
+    cluster = serializers.CharField()
+    name = serializers.CharField()
+    role = serializers.CharField(help_text="controller or watchdog (empty: never heard from)")
+    status = serializers.ChoiceField(choices=["ok", "failing", "silent", "unused"])
+    last_heartbeat_at = serializers.DateTimeField(allow_null=True)
+    heartbeat_age_s = serializers.FloatField(allow_null=True)
+    last_snapshot_at = serializers.DateTimeField(allow_null=True)
+    silent_since = serializers.DateTimeField(allow_null=True)
+    silent_after_s = serializers.FloatField()
+    version = serializers.CharField(allow_blank=True)
+    transport = serializers.CharField(allow_blank=True)
+    last_error = serializers.CharField(allow_blank=True)
 
 
 class ClusterSettingsSerializer(serializers.Serializer):  # type: ignore[type-arg]

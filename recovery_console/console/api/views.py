@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError as ModelValidationError
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
@@ -51,6 +52,7 @@ from recovery_console.console.roles import (
 )
 from recovery_console.fleet import audit
 from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
+from remediation import reporters
 from remediation import services as remediation
 from remediation.models import Advice, NodeHealth
 
@@ -165,6 +167,15 @@ class ClusterViewSet(ReadOnlyViewSet):
         rows = [{**row.__dict__, "precision": row.precision} for row in reviews.precision(cluster)]
         window = reviews.agreement(cluster).window_days
         return Response(s.PrecisionSerializer({"window_days": window, "rows": rows}).data)
+
+    @extend_schema(responses=s.ReporterHealthSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def reporters(self, request: Request, name: str) -> Response:
+        """The cluster's controllers and watchdogs: role, status (ok, failing, silent, unused),
+        last heartbeat and its age, when the Slurm state each last reported was taken,
+        version, transport and the last error each reported."""
+        rows = [h.as_json() for h in reporters.health([self.get_object()], timezone.now())]
+        return Response(s.ReporterHealthSerializer(rows, many=True).data)
 
     @extend_schema(
         request=s.NoteSerializer, responses={201: s.ModeChangeRequestSerializer, **REFUSED}

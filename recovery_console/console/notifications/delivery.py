@@ -44,6 +44,7 @@ PRIORITY = (
     NotificationEvent.MODE_CHANGE,
     NotificationEvent.REVIEW_NEEDED,
     NotificationEvent.TELEMETRY_GAP,
+    NotificationEvent.REPORTER_SILENT,
 )
 VERBS = {
     "advice.proposed",
@@ -52,6 +53,7 @@ VERBS = {
     "controller.drain_node",
     "cluster.mode_changed",
     "telemetry.gap_opened",
+    "controller.silent",
 }
 
 
@@ -85,6 +87,8 @@ def events_of(verb: str, payload: dict[str, Any]) -> list[str]:
         found.append(NotificationEvent.REVIEW_NEEDED)
     if verb == "telemetry.gap_opened":
         found.append(NotificationEvent.TELEMETRY_GAP)
+    if verb == "controller.silent":
+        found.append(NotificationEvent.REPORTER_SILENT)
     return found
 
 
@@ -177,6 +181,11 @@ def _describe(entry: AuditEntry, event: str) -> str:
             )
             extra = f" (requested by {p['requested_by']}{measured})"
         return f"Mode changed from {p.get('from')} to {p.get('to')}{said}{extra}"
+    if event == NotificationEvent.REPORTER_SILENT:
+        return (
+            f"The {p.get('role', 'controller')} {p.get('name')} has sent no heartbeat for"
+            f" {p.get('silent_for_s')} s (last at {p.get('last_heartbeat_at')})"
+        )
     if event == NotificationEvent.TELEMETRY_GAP:
         return (
             f"Telemetry gap on {p.get('source')}: {p.get('reason')}; hang and slowdown verdicts"

@@ -4,7 +4,7 @@ call services; they never write rows themselves nor send events."""
 from .anomalies import anomaly_detail
 from .audit import audit_trail, chain_status
 from .cluster_settings import cluster_settings
-from .clusters import cluster_card, cluster_detail, cluster_workloads, overview
+from .clusters import cluster_card, cluster_detail, cluster_reporters, cluster_workloads, overview
 from .mode import (
     approve,
     approve_policy,
@@ -29,6 +29,7 @@ __all__ = [
     "chain_status",
     "cluster_card",
     "cluster_detail",
+    "cluster_reporters",
     "cluster_settings",
     "cluster_workloads",
     "label",

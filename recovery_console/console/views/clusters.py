@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 
 from detection.models import Anomaly
 from recovery_console.console import reviews
 from recovery_console.console.views import stats
 from recovery_console.fleet.models import Attempt, Cluster, Node, WorkloadState
+from remediation import reporters
 
 from .common import cluster_or_404, page, viewer_required, visible_clusters
 
@@ -40,9 +42,20 @@ def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
         "s": stats.summary(cluster),
         **_cluster_context(cluster),
         "precision": reviews.precision(cluster),
+        **_reporters_context(cluster),
         "section": "overview",
     }
     return page(request, "console/cluster.html", context)
+
+
+@viewer_required
+def cluster_reporters(request: HttpRequest, name: str) -> HttpResponse:
+    # The controller and watchdog panel alone, for live updates.
+    return page(request, "console/_reporters.html", _reporters_context(cluster_or_404(name)))
+
+
+def _reporters_context(cluster: Cluster) -> dict[str, object]:
+    return {"cluster": cluster, "reporters": reporters.health([cluster], timezone.now())}
 
 
 @viewer_required

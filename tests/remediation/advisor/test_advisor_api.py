@@ -208,9 +208,13 @@ def test_the_heartbeat_is_kept_for_the_console_and_the_watchdog(cluster, control
     response = controller.post(
         "/api/v1/advisor/research/heartbeat", {"transport": "ssh"}, format="json"
     )
-    assert response.status_code == 204
+    assert (response.status_code, response.json()) == (
+        200,
+        {"snapshot_age_s": None, "hold_timeouts": {"default": 300.0, "partitions": {}}},
+    )
     token = cluster.controller_tokens.get()
     assert token.last_heartbeat_at is not None and token.heartbeat["transport"] == "ssh"
+    assert token.heartbeat["role"] == "controller"
     assert Node.objects.filter(cluster=cluster).exists()
 
 
