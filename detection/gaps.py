@@ -20,9 +20,7 @@ ACTOR = "system:detection"
 def silence_counts_from(cluster: Cluster, sources: list[str]) -> datetime | None:
     """When the last gap of these sources ended: silence before it is the gap's, not a job's."""
     return (
-        TelemetryGap.objects.filter(
-            cluster=cluster, source__in=sources, ended_at__isnull=False
-        )
+        TelemetryGap.objects.filter(cluster=cluster, source__in=sources, ended_at__isnull=False)
         .order_by("-ended_at")
         .values_list("ended_at", flat=True)
         .first()

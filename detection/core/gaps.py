@@ -27,9 +27,7 @@ class SourceReading:
     lines_this_cycle: int = 0
 
 
-def gap_reason(
-    reading: SourceReading, now: datetime, overdue_silences: list[float]
-) -> str | None:
+def gap_reason(reading: SourceReading, now: datetime, overdue_silences: list[float]) -> str | None:
     """Why this source is in a gap now, or None when it is not.
 
     ``overdue_silences``: for each running job the source feeds whose silence is past its
