@@ -273,7 +273,7 @@ def last_checkpoint_before(attempt: Attempt) -> LastCheckpoint | None:
         .values("checkpoint_step", "checkpoint_at", "progress")
         .first()
     )
-    if row is None or row["checkpoint_step"] is None:
+    if row is None or row["checkpoint_step"] is None or row["checkpoint_at"] is None:
         return None
     path = ((row["progress"] or {}).get("checkpoint") or {}).get("saved_path", "")
     return LastCheckpoint(row["checkpoint_step"], row["checkpoint_at"], path)
