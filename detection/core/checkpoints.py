@@ -194,20 +194,23 @@ _RULES: tuple[tuple[Phase, str, Any], ...] = (
         _compile(r"'checkpoint_id': '(?P<path>[^']*)'.*'func_name': 'load'.*'event': 'end'"),
     ),
 )
-# Cheap test before any regex: every rule above contains one of these.
-_KEYWORDS = (
-    "heckpoint",
-    "Evaluat",
-    "'eval_loss'",
-    "saving model to",
-    "start from random",
-    "Continuing training from",
-)
+
+
+def _may_be_checkpoint(text: str) -> bool:
+    """Cheap test before any regex: every rule above contains one of these (an ``or`` of
+    ``in`` tests, since most lines of a job are none of them and this runs on every one)."""
+    return (
+        "heckpoint" in text
+        or "Evaluat" in text
+        or "'eval_loss'" in text
+        or "saving model to" in text
+        or "Continuing training from" in text
+    )
 
 
 def parse_checkpoint(text: str) -> CheckpointEvent | None:
     """The checkpoint or evaluation event a line reports, or None for any other line."""
-    if len(text) > MAX_CHECKPOINT_LINE or not any(k in text for k in _KEYWORDS):
+    if len(text) > MAX_CHECKPOINT_LINE or not _may_be_checkpoint(text):
         return None
     for phase, framework, pattern in _RULES:
         found = pattern.search(text)
