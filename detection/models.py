@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from django.core.exceptions import ValidationError
 from django.db import models
 
+from detection.core.checkpoints import Resume
 from detection.core.config import DetectorConfig, InvalidDetectorSettings, build_detector_config
 from detection.core.constants import MAX_EVIDENCE
 from detection.core.interruption import Confidence, Evidence, Interruption
@@ -43,6 +44,12 @@ class SourceCursor(models.Model):
         return f"{self.cluster}:{self.source}"
 
 
+class ResumeChoice(models.TextChoices):
+    RESUMED = Resume.RESUMED.value, "Resumed from the last checkpoint"
+    FROM_SCRATCH = Resume.FROM_SCRATCH.value, "Started from scratch"
+    OLDER_CHECKPOINT = Resume.OLDER_CHECKPOINT.value, "Resumed from an older checkpoint"
+
+
 class AttemptMonitor(models.Model):
     """Detector state of one attempt between scans: its progress tracker, throughput history
     and the matched log lines so far (bounded), as JSON."""
@@ -55,6 +62,13 @@ class AttemptMonitor(models.Model):
     # Remediation reads it too: retries that get no further count toward the policy's limit.
     last_step = models.BigIntegerField(null=True, blank=True)
     last_progress_at = models.DateTimeField(null=True, blank=True)
+    # The last checkpoint the attempt's log says was written (step and when).
+    checkpoint_step = models.BigIntegerField(null=True, blank=True)
+    checkpoint_at = models.DateTimeField(null=True, blank=True)
+    # A restarted attempt: whether it resumed from the workload's last checkpoint (blank: not
+    # known, or nothing to resume from), and what its log showed.
+    resume = models.CharField(max_length=16, choices=ResumeChoice.choices, blank=True)
+    resume_summary = models.CharField(max_length=200, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

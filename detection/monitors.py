@@ -9,6 +9,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from detection.core.checkpoints import (
+    CheckpointState,
+    LastCheckpoint,
+    Resume,
+    parse_checkpoint,
+    resume_verdict,
+)
 from detection.core.config import DetectorConfig
 from detection.core.constants import Role
 from detection.core.detectors.divergence import (
@@ -30,9 +37,12 @@ from detection.core.detectors.straggler import (
 from detection.core.interruption import Interruption
 from detection.core.progress import parse_progress
 from detection.core.telemetry import LogLine, MetricSample
+from recovery_console.fleet import audit
 from recovery_console.fleet.models import Attempt
 
 from .models import AttemptMonitor
+
+ACTOR = "system:detection"
 
 # Lines kept per attempt for diagnosis: the matched lines (repeats beyond a few are only
 # counted) and, for exceptions, the traceback lines before them.
@@ -77,12 +87,18 @@ def observe(monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorC
     tracker = _tracker(monitor)
     history = _history(monitor)
     loss, peak = _loss(monitor)
+    checkpoint = _checkpoint(monitor)
+    reported_before = tracker.reports > 0
     for line in lines:
         progress = parse_progress(line.text, config.progress_pattern)
         if progress is None:
-            tracker = tracker.observe_line(line.at, line.text)
+            event = parse_checkpoint(line.text)
+            if event is not None:
+                tracker = tracker.observe_checkpoint(line.at, event)
+                checkpoint = checkpoint.observe(line.at, event)
             continue
         tracker = tracker.observe(line.at, progress, line.text, config.hang.smoothing)
+        checkpoint = checkpoint.observe_progress(line.at)
         if progress.throughput is not None and tracker.last_progress_at == line.at:
             history = history.add(line.at, progress.throughput, config.straggler)
         if progress.loss is not None and tracker.last_progress_at == line.at:
@@ -95,6 +111,10 @@ def observe(monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorC
     _store_tracker(monitor, tracker)
     _store_history(monitor, history)
     _store_loss(monitor, loss, peak)
+    _store_checkpoint(monitor, checkpoint)
+    if tracker.reports and not reported_before:
+        # Its first progress: whatever it was going to load, it has loaded.
+        _check_resume(monitor, checkpoint)
     new = _keep_matches(monitor, lines, config)
     monitor.lines_seen += len(lines)
     return Observed(new_matches=new)
@@ -184,19 +204,92 @@ def _tracker(monitor: AttemptMonitor, started_at: datetime | None = None) -> Pro
         interval_seconds=data.get("interval_seconds"),
         reports=data.get("reports", 0),
         checkpoint_since=_time(data.get("checkpoint_since")),
+        pause=data.get("pause", ""),
+        pause_ended_at=_time(data.get("pause_ended_at")),
         gpus_idle_since=_time(data.get("gpus_idle_since")),
         last_line=data.get("last_line", ""),
     )
 
 
+# What else the progress document holds, kept when the tracker is stored.
+_NOT_TRACKER = ("loss", "checkpoint")
+
+
+def _checkpoint(monitor: AttemptMonitor) -> CheckpointState:
+    return CheckpointState.from_json((monitor.progress or {}).get("checkpoint"))
+
+
+def _store_checkpoint(monitor: AttemptMonitor, state: CheckpointState) -> None:
+    if state == CheckpointState():
+        return
+    monitor.progress["checkpoint"] = state.as_json()
+    monitor.checkpoint_step = state.saved_step
+    monitor.checkpoint_at = state.saved_at
+
+
+def _check_resume(monitor: AttemptMonitor, state: CheckpointState) -> None:
+    """A restarted attempt that did not resume from the workload's last checkpoint is flagged
+    (and audited): the work since that checkpoint is being done again."""
+    attempt = monitor.attempt
+    last = last_checkpoint_before(attempt)
+    if last is None:
+        return
+    verdict = resume_verdict(last, state)
+    if verdict is None:
+        return
+    monitor.resume, monitor.resume_summary = verdict.resume.value, verdict.summary[:200]
+    if verdict.resume is not Resume.RESUMED:
+        audit.record(
+            ACTOR,
+            "attempt.not_resumed",
+            attempt,
+            cluster=attempt.cluster,
+            workload=attempt.workload,
+            attempt=attempt,
+            payload={
+                "resume": verdict.resume.value,
+                "summary": verdict.summary,
+                "last_checkpoint_step": last.step,
+            },
+        )
+
+
+def last_checkpoint_before(attempt: Attempt) -> LastCheckpoint | None:
+    """The newest checkpoint written by an earlier attempt of the attempt's workload, when the
+    attempt restarts a failed one (after a completed attempt it is a new run)."""
+    earlier = Attempt.objects.filter(
+        workload_id=attempt.workload_id, first_seen_at__lte=attempt.first_seen_at
+    ).exclude(pk=attempt.pk)
+    previous = earlier.order_by("-first_seen_at", "-pk").values_list("state", flat=True).first()
+    if previous is None or previous == "COMPLETED":
+        return None
+    row = (
+        AttemptMonitor.objects.filter(
+            attempt__workload_id=attempt.workload_id, checkpoint_at__isnull=False
+        )
+        .exclude(attempt_id=attempt.pk)
+        .filter(attempt__first_seen_at__lte=attempt.first_seen_at)
+        .order_by("-checkpoint_at")
+        .values("checkpoint_step", "checkpoint_at", "progress")
+        .first()
+    )
+    if row is None or row["checkpoint_step"] is None or row["checkpoint_at"] is None:
+        return None
+    path = ((row["progress"] or {}).get("checkpoint") or {}).get("saved_path", "")
+    return LastCheckpoint(row["checkpoint_step"], row["checkpoint_at"], path)
+
+
 def _store_tracker(monitor: AttemptMonitor, tracker: ProgressTracker) -> None:
+    kept = {k: v for k, v in (monitor.progress or {}).items() if k in _NOT_TRACKER and v}
     monitor.progress = {
-        **({"loss": monitor.progress["loss"]} if (monitor.progress or {}).get("loss") else {}),
+        **kept,
         "last_step": tracker.last_step,
         "last_progress_at": _iso(tracker.last_progress_at),
         "interval_seconds": tracker.interval_seconds,
         "reports": tracker.reports,
         "checkpoint_since": _iso(tracker.checkpoint_since),
+        "pause": tracker.pause,
+        "pause_ended_at": _iso(tracker.pause_ended_at),
         "gpus_idle_since": _iso(tracker.gpus_idle_since),
         "last_line": tracker.last_line,
     }

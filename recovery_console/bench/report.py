@@ -34,6 +34,7 @@ def render(result: dict[str, Any], details: Details) -> str:
         ("Categories: injected (rows) against detected (columns)", _confusion(result)),
         ("Signature matching throughput, one core", _throughput(result)),
         ("One cycle at scale, by part (median)", _cycle(result)),
+        ("Hang latency by step time (last progress → anomaly stored)", _hangs(result)),
         ("Console pages (median response)", _pages(result)),
         ("Effective training time", _effective(result)),
     ]
@@ -127,6 +128,26 @@ def _throughput(result: dict[str, Any]) -> go.Figure:
     fig.add_hline(y=300_000, line={"color": COLOURS["target"], "dash": "dash"},
                   annotation_text="target ≥ 300k lines/s")  # fmt: skip
     fig.update_yaxes(title="lines per second")
+    return fig
+
+
+def _hangs(result: dict[str, Any]) -> go.Figure:
+    rows = result["hang_latency"]["by_step_time"]
+    steps = [row["step_s"] for row in rows]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=steps, y=[row["latency_s"] for row in rows], mode="lines+markers",
+                             name="measured", marker={"color": COLOURS["ours"]}))  # fmt: skip
+    fig.add_trace(go.Scatter(x=steps, y=[row["target_s"] for row in rows], mode="lines",
+                             name="target: max(5 × step, 60 s) + one poll",
+                             line={"color": COLOURS["target"], "dash": "dash"}))  # fmt: skip
+    saving = [(row["step_s"], row["during_checkpoint_save_s"])
+              for row in rows if "during_checkpoint_save_s" in row]  # fmt: skip
+    if saving:
+        fig.add_trace(go.Scatter(x=[x for x, _ in saving], y=[y for _, y in saving],
+                                 mode="markers", name="silent during a visible checkpoint save",
+                                 marker={"symbol": "diamond", "size": 9}))  # fmt: skip
+    fig.update_xaxes(title="step time (s)", type="log")
+    fig.update_yaxes(title="seconds", type="log")
     return fig
 
 

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import override_settings
 
-from recovery_console.bench import loop, scale, scoring, throughput
+from recovery_console.bench import hangs, loop, scale, scoring, throughput
 from recovery_console.celery import app as celery_app
 from recovery_console.fleet.models import Cluster
 from recovery_console.simulator import ManualRecoveryBaseline
@@ -47,6 +47,8 @@ TARGETS = {
     "cycle_s": 5.0,
     "ingest_lines_per_s": 5000,
     "signature_lines_per_s": 300_000,
+    # Hang latency over max(5 x step time, 60 s) + one poll, the worst step time's.
+    "hang_latency_over_target": 1.0,
 }
 
 
@@ -122,6 +124,7 @@ class Measured:
     pages: dict[str, Any]
     cycle: dict[str, Any]
     signatures: dict[str, Any]
+    hangs: dict[str, Any]
     database: str
     stages: dict[str, float]
 
@@ -185,6 +188,8 @@ def measure(options: BenchOptions, spec: loop.LoopSpec, progress: ProgressBar) -
             cycle = scale.measure_cycle(
                 options.workloads, options.seed, options.cycles, progress.stage("cycle")
             )
+        with _stage(stages, "hangs"):
+            hang_latency = hangs.measure_hang_latency(options.quick, progress.stage("hangs"))
     # No database needed: this stage runs after the throwaway one is gone.
     with _stage(stages, "signatures"):
         signatures = throughput.measure_signatures(
@@ -194,7 +199,9 @@ def measure(options: BenchOptions, spec: loop.LoopSpec, progress: ProgressBar) -
             options.exact_sample_mb,
             progress.stage("signatures"),
         )
-    return Measured(outcome, (manual, nothing), pages, cycle, signatures, database, stages)
+    return Measured(
+        outcome, (manual, nothing), pages, cycle, signatures, hang_latency, database, stages
+    )
 
 
 def document(
@@ -230,6 +237,7 @@ def document(
         "stops": stops,
         "signatures": measured.signatures,
         "cycle": measured.cycle,
+        "hang_latency": measured.hangs,
         "peak_rss_mb": peak_rss_mb(),
         "effective_training_time": {
             "with_loop": scoring.effective_training_time(outcome.progress),
@@ -314,9 +322,10 @@ def targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "cycle_s": result["cycle"]["with_snapshot_seconds"],
         "ingest_lines_per_s": result["cycle"]["ingest"]["lines_per_s"],
         "signature_lines_per_s": result["signatures"]["lines_per_s"],
+        "hang_latency_over_target": _worst_hang_ratio(result["hang_latency"]),
     }
     # Latencies and the cycle must stay under their targets; the rest must reach theirs.
-    at_most = {"detection_p95_crash_s", "action_p95_s", "cycle_s"}
+    at_most = {"detection_p95_crash_s", "action_p95_s", "cycle_s", "hang_latency_over_target"}
     out = {}
     for name, target in TARGETS.items():
         value = measured[name]
@@ -324,6 +333,21 @@ def targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         met = None if value is None else value <= target if name in at_most else value >= target
         out[name] = {"target": target, "measured": value, "met": met}
     return out
+
+
+def _worst_hang_ratio(hang_latency: dict[str, Any]) -> float | None:
+    """The worst step time's latency over its target (a hang never found is far past it)."""
+    rows = hang_latency["by_step_time"]
+    if not rows:
+        return None
+    never_found = 999.0
+    return round(
+        max(
+            row["latency_s"] / row["target_s"] if row["latency_s"] is not None else never_found
+            for row in rows
+        ),
+        3,
+    )
 
 
 def peak_rss_mb() -> float:
@@ -339,6 +363,7 @@ def _weights(options: BenchOptions, spec: loop.LoopSpec) -> dict[str, float]:
         "baselines": spec.steps * 0.002,
         "pages": options.audit_rows / 4000 + 10,
         "cycle": options.workloads * (0.03 + 0.02 * options.cycles),
+        "hangs": 30 if options.quick else 120,
         "signatures": options.log_mb * 0.15 * (1 + options.log_repeats),
     }
 

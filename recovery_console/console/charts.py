@@ -13,6 +13,8 @@ from datetime import UTC, date, datetime, timedelta
 
 import plotly.graph_objects as go
 
+from detection.core.losses import AttemptCostInput, GpuHoursLost, gpu_hours_lost
+
 # Colours follow static/console/console.css, so a chart reads like the tables beside it.
 STATE_COLOURS = {
     "RUNNING": "#2f9e5b",
@@ -49,6 +51,9 @@ class AttemptSpan:
     last_step: int | None = None
     last_progress_at: datetime | None = None
     throughput: tuple[tuple[datetime, float], ...] = ()
+    failed_at: datetime | None = None
+    checkpoint_step: int | None = None
+    checkpoint_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -72,11 +77,19 @@ class Timeline:
 
 @dataclass(frozen=True)
 class Losses:
-    """What the workload's interruptions cost: waiting for the next attempt and hung time."""
+    """What the workload's interruptions cost: waiting for the next attempt, hung time and the
+    work done again since the last checkpoint (``detection.core.losses``)."""
 
     interruptions: int = 0
     resumes: list[float] = field(default_factory=list)
-    gpu_hours_lost: float = 0.0
+    lost: GpuHoursLost = GpuHoursLost()
+    # None when no attempt's log showed a checkpoint: recomputation is then unknown.
+    last_checkpoint_step: int | None = None
+    last_checkpoint_at: datetime | None = None
+
+    @property
+    def gpu_hours_lost(self) -> float:
+        return self.lost.total
 
     @property
     def median_time_to_resume_s(self) -> float | None:
@@ -94,17 +107,34 @@ class Losses:
 
 
 def losses(attempts: Sequence[AttemptSpan], failed_states: frozenset[str]) -> Losses:
-    """GPU-hours lost: for each attempt that resumed a failed one, the GPUs it holds times the
-    wait (``time_to_resume_s``), plus, for each failed attempt, its GPUs times the time from
-    its last reported progress to its end (a hang burns GPUs before anyone notices)."""
+    """The interruptions, times to resume and GPU-hours lost of the attempts shown."""
     resumes = [a.time_to_resume_s for a in attempts if a.time_to_resume_s is not None]
-    lost_s = sum(a.gpus * (a.time_to_resume_s or 0.0) for a in attempts)
     failed = [a for a in attempts if a.state in failed_states]
-    for attempt in failed:
-        # Without any reported progress the hung time is unknown, so none is counted.
-        if attempt.end and attempt.last_progress_at and attempt.end > attempt.last_progress_at:
-            lost_s += attempt.gpus * (attempt.end - attempt.last_progress_at).total_seconds()
-    return Losses(interruptions=len(failed), resumes=resumes, gpu_hours_lost=lost_s / 3600)
+    saved = [a for a in attempts if a.checkpoint_at is not None]
+    newest = max(saved, key=lambda a: a.checkpoint_at or a.start, default=None)
+    lost = gpu_hours_lost(
+        [_cost_input(a, failed_states) for a in attempts], checkpoints_known=newest is not None
+    )
+    return Losses(
+        interruptions=len(failed),
+        resumes=resumes,
+        lost=lost,
+        last_checkpoint_step=newest.checkpoint_step if newest else None,
+        last_checkpoint_at=newest.checkpoint_at if newest else None,
+    )
+
+
+def _cost_input(attempt: AttemptSpan, failed_states: frozenset[str]) -> AttemptCostInput:
+    return AttemptCostInput(
+        gpus=attempt.gpus,
+        failed=attempt.state in failed_states,
+        started_at=attempt.start,
+        ended_at=attempt.end,
+        failed_at=attempt.failed_at,
+        last_progress_at=attempt.last_progress_at,
+        checkpoint_at=attempt.checkpoint_at,
+        time_to_resume_s=attempt.time_to_resume_s,
+    )
 
 
 def workload_timeline(timeline: Timeline) -> go.Figure:
@@ -238,6 +268,8 @@ def _attempt_hover(attempt: AttemptSpan) -> str:
         parts.append(f"resumed {attempt.time_to_resume_s:.0f} s after the failure")
     if attempt.last_step is not None:
         parts.append(f"last step {attempt.last_step}")
+    if attempt.checkpoint_step is not None:
+        parts.append(f"last checkpoint: step {attempt.checkpoint_step}")
     return "<br>".join(parts)
 
 

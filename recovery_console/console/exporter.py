@@ -28,7 +28,15 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from detection.models import Anomaly, AnomalyState, SourceCursor, TelemetryGap
+from detection import costs
+from detection.models import (
+    Anomaly,
+    AnomalyState,
+    AttemptMonitor,
+    ResumeChoice,
+    SourceCursor,
+    TelemetryGap,
+)
 from recovery_console.console import reviews
 from recovery_console.fleet.models import Cluster, ClusterMode
 from remediation import reporters
@@ -67,6 +75,7 @@ class ConsoleCollector(Collector):
         )
         yield from _sources()
         yield from _controllers(clusters)
+        yield from _losses(clusters)
 
 
 def _clusters(clusters: list[Cluster]) -> Iterator[Metric]:
@@ -217,6 +226,38 @@ def _histogram(
 # Bucket labels as the Prometheus client writes them (1.0, 2.5), so queries match.
 def _le(bound: float) -> str:
     return f"{bound:g}" if bound != int(bound) else f"{bound:.1f}"
+
+
+def _losses(clusters: list[Cluster]) -> Iterator[Metric]:
+    """Per cluster, not per workload: a label per workload would be a series per training run,
+    which Prometheus cannot keep at 10,000 of them (the REST API gives each workload's)."""
+    lost = GaugeMetricFamily(
+        f"{PREFIX}_gpu_hours_lost",
+        "GPU-hours lost to interruptions, by kind: idle (a failed attempt's GPUs from its last "
+        "progress to its end, then the wait for the next attempt from the failure's first "
+        "evidence) and recompute (a failed attempt's work since its last checkpoint).",
+        labels=["cluster", "kind"],
+    )
+    for cluster in clusters:
+        measured = costs.cluster_gpu_hours_lost(cluster)
+        lost.add_metric([cluster.name, "idle"], measured.idle)
+        lost.add_metric([cluster.name, "recompute"], measured.recompute)
+    yield lost
+    not_resumed = GaugeMetricFamily(
+        f"{PREFIX}_attempts_not_resumed",
+        "Restarted attempts that did not resume from their workload's last checkpoint, by how "
+        "(from_scratch, older_checkpoint).",
+        labels=["cluster", "resume"],
+    )
+    rows = (
+        AttemptMonitor.objects.exclude(resume__in=("", ResumeChoice.RESUMED))
+        .values("attempt__cluster__name", "resume")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    for row in rows:
+        not_resumed.add_metric([row["attempt__cluster__name"], row["resume"]], row["n"])
+    yield not_resumed
 
 
 def _sources() -> Iterator[Metric]:

@@ -201,3 +201,15 @@ def test_signature_patterns_become_grep_patterns_matching_the_same_lines(tmp_pat
     for signature in library.signatures:
         expected = [line for line in lines if signature.regex.search(line) is not None]
         assert grep_matches(signature.pattern, lines, tmp_path) == expected, signature.name
+
+
+def test_the_hang_latency_follows_each_jobs_step_time(quick: tuple[dict, Path]) -> None:
+    result, _ = quick
+    rows = result["hang_latency"]["by_step_time"]
+    assert [row["step_s"] for row in rows] == [2.0, 30.0, 120.0]
+    # Simulated time, so these are the detector's decisions, not the machine's speed.
+    assert all(row["met"] and row["latency_s"] <= row["target_s"] for row in rows)
+    assert rows[0]["latency_s"] < rows[1]["latency_s"] < rows[2]["latency_s"]
+    # A save begun and never finished waits for the checkpoint grace, not the job's minute.
+    assert rows[0]["during_checkpoint_save_s"] > 1200
+    assert result["targets"]["hang_latency_over_target"]["met"] is True

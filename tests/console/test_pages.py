@@ -391,7 +391,7 @@ def test_an_upload_streams_through_the_limit_without_being_held() -> None:
 
     boundary = "----bound"
     head = (
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"upload\"; "
+        f'--{boundary}\r\nContent-Disposition: form-data; name="upload"; '
         'filename="slurm-1.out"\r\nContent-Type: application/octet-stream\r\n\r\n'
     ).encode()
     tail = f"\r\n--{boundary}--\r\n".encode()

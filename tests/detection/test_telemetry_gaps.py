@@ -112,8 +112,8 @@ def test_after_a_gap_a_job_that_stays_silent_is_found_counting_from_the_gap_end(
     scan_every_minute(cluster, back + timedelta(minutes=2), 8, logs, writing=JOBS[:2])
     hung = Anomaly.objects.get()
     assert (hung.attempt.job_id, hung.kind) == (JOBS[2], "hang")
-    # Six times its one-minute step: the silence it is allowed, counted from the gap's end.
-    assert hung.detected_at - TelemetryGap.objects.get().ended_at > timedelta(minutes=6)
+    # Five times its one-minute step: the silence it is allowed, counted from the gap's end.
+    assert hung.detected_at - TelemetryGap.objects.get().ended_at > timedelta(minutes=5)
 
 
 def test_the_cluster_page_shows_an_open_gap(site, client, django_user_model) -> None:

@@ -1,9 +1,12 @@
 """Hang detection: a running job that stops making progress, or whose GPUs all go idle.
 
 A job hangs when no new progress arrives for longer than max(k × its smoothed interval between
-progress reports, a floor). Start-up and checkpoint saves get their own grace, because both
-legitimately pause progress for minutes. The tracker is a frozen value the caller stores
-between cycles, so detection survives a restart of the process that runs it.
+progress reports, a floor): the silence allowed follows the job's own step time, so a job
+stepping every 2 s is called hung after a minute, one stepping every 5 minutes after 25. Start-up
+gets its own grace, and so does a checkpoint save or an evaluation while the log shows one
+running (begun, not yet finished): both pause progress legitimately. Once it has finished, the
+silence counts from its end. The tracker is a frozen value the caller stores between cycles, so
+detection survives a restart of the process that runs it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from detection.core.checkpoints import CheckpointEvent, Phase, parse_checkpoint
 from detection.core.interruption import Confidence, Evidence, Interruption
 from detection.core.progress import Progress
 from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
@@ -18,19 +22,27 @@ from recovery_console.fleet.core.taxonomy import Attribution, Category, Confiden
 # The evidence signatures of the two kinds of hang.
 SILENCE = "progress"
 IDLE_GPUS = "gpus_idle"
-CHECKPOINT_MARKERS = ("saving checkpoint", "save_checkpoint", "Saving model checkpoint")
+# Lines that begin and end a visible pause in progress (see detection.core.checkpoints).
+PAUSE_STARTS = (Phase.SAVE_STARTED, Phase.EVAL_STARTED)
+PAUSE_ENDS = (Phase.SAVED, Phase.EVAL_ENDED)
 # Silence supports a hang but never establishes one: the job may be busy in a way it does not log.
 HANG_CONFIDENCE = Confidence(0.6, ConfidenceLabel.SUPPORTED)
 
 
 @dataclass(frozen=True)
 class HangSettings:
-    """Per-cluster knobs (editable at runtime through the cluster's detector settings)."""
+    """Per-cluster knobs (editable at runtime through the cluster's detector settings).
 
-    interval_multiple: float = 6.0
-    floor_seconds: float = 180.0
+    The silence allowed is max(``interval_multiple`` × the smoothed interval between progress
+    reports, ``floor_seconds``); ``smoothing`` is the EWMA weight of the newest interval. While
+    a checkpoint save (or an evaluation) is visibly running it is at least
+    ``checkpoint_grace_seconds`` (``evaluation_grace_seconds``)."""
+
+    interval_multiple: float = 5.0
+    floor_seconds: float = 60.0
     startup_grace_seconds: float = 1800.0
     checkpoint_grace_seconds: float = 1200.0
+    evaluation_grace_seconds: float = 1200.0
     idle_gpu_seconds: float = 180.0
     idle_utilisation: float = 5.0
     smoothing: float = 0.2
@@ -45,7 +57,11 @@ class ProgressTracker:
     last_progress_at: datetime | None = None
     interval_seconds: float | None = None
     reports: int = 0
+    # Since when a checkpoint save or an evaluation is visibly running, and which.
     checkpoint_since: datetime | None = None
+    pause: str = ""
+    # When the last visible pause ended: silence counts from then, not from the last step.
+    pause_ended_at: datetime | None = None
     gpus_idle_since: datetime | None = None
     last_line: str = ""
 
@@ -66,13 +82,23 @@ class ProgressTracker:
             interval_seconds=interval,
             reports=self.reports + 1,
             checkpoint_since=None,
+            pause="",
+            pause_ended_at=None,
             last_line=text[:500],
         )
 
     def observe_line(self, at: datetime, text: str) -> ProgressTracker:
-        """Notice checkpoint saves, which pause progress without being a hang."""
-        if self.checkpoint_since is None and any(m in text for m in CHECKPOINT_MARKERS):
-            return replace(self, checkpoint_since=at)
+        """A line that is not a progress report: it may begin or end a save or evaluation."""
+        event = parse_checkpoint(text)
+        return self.observe_checkpoint(at, event) if event else self
+
+    def observe_checkpoint(self, at: datetime, event: CheckpointEvent) -> ProgressTracker:
+        """A save or an evaluation began or ended: it pauses progress without being a hang."""
+        if event.phase in PAUSE_STARTS and self.checkpoint_since is None:
+            pause = "checkpoint" if event.phase is Phase.SAVE_STARTED else "evaluation"
+            return replace(self, checkpoint_since=at, pause=pause)
+        if event.phase in PAUSE_ENDS and self.checkpoint_since is not None:
+            return replace(self, checkpoint_since=None, pause="", pause_ended_at=at)
         return self
 
     def observe_gpus(
@@ -94,15 +120,21 @@ def allowed_silence(tracker: ProgressTracker, settings: HangSettings) -> float:
     smoothed = (tracker.interval_seconds or 0.0) * settings.interval_multiple
     allowed = max(smoothed, settings.floor_seconds)
     if tracker.checkpoint_since is not None:
-        allowed = max(allowed, settings.checkpoint_grace_seconds)
+        allowed = max(allowed, _pause_grace(tracker, settings))
     return allowed
+
+
+def _pause_grace(tracker: ProgressTracker, settings: HangSettings) -> float:
+    if tracker.pause == "evaluation":
+        return settings.evaluation_grace_seconds
+    return settings.checkpoint_grace_seconds
 
 
 def silent_since(tracker: ProgressTracker, counts_from: datetime | None = None) -> datetime:
     """Since when the job has been silent; silence before ``counts_from`` (the end of a
-    telemetry gap) is not the job's."""
+    telemetry gap) or before the end of a visible pause is not the job's."""
     since = tracker.last_progress_at or tracker.started_at
-    return max(since, counts_from) if counts_from else since
+    return max(filter(None, (since, counts_from, tracker.pause_ended_at)))
 
 
 def overdue_allowance(
@@ -129,6 +161,9 @@ def check_hang(
     if allowed is not None:
         return _no_progress(job_id, tracker, silent_since(tracker, counts_from), allowed)
     idle_since = tracker.gpus_idle_since
+    # GPUs wait on storage during a save: idle then is the save, not a hang.
+    if tracker.checkpoint_since is not None:
+        return None
     if idle_since and now - idle_since > timedelta(seconds=settings.idle_gpu_seconds):
         return _idle_gpus(job_id, idle_since, settings)
     return None

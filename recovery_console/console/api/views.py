@@ -29,6 +29,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from detection import costs
 from detection.models import Anomaly, TelemetryGap
 from recovery_console.console import approval, policy_approval, reviews
 from recovery_console.console.api import filtersets as f
@@ -177,6 +178,19 @@ class ClusterViewSet(ReadOnlyViewSet):
         rows = [h.as_json() for h in reporters.health([self.get_object()], timezone.now())]
         return Response(s.ReporterHealthSerializer(rows, many=True).data)
 
+    @extend_schema(responses=s.ClusterLossesSerializer)
+    @action(detail=True, methods=["get"])
+    def losses(self, request: Request, name: str) -> Response:
+        """GPU-hours lost to interruptions over the cluster's workloads: idle (held without
+        progress, or waiting for the next attempt) and recomputed since the last checkpoint."""
+        cluster = self.get_object()
+        lost = costs.cluster_gpu_hours_lost(cluster)
+        data = {
+            "cluster": cluster.name,
+            "gpu_hours_lost": {"idle": lost.idle, "recompute": lost.recompute, "total": lost.total},
+        }
+        return Response(s.ClusterLossesSerializer(data).data)
+
     @extend_schema(
         request=s.NoteSerializer, responses={201: s.ModeChangeRequestSerializer, **REFUSED}
     )
@@ -219,7 +233,7 @@ class WorkloadViewSet(ReadOnlyViewSet):
 class AttemptViewSet(ReadOnlyViewSet):
     """Attempts: one Slurm job, or one requeue of it. History: never rewritten."""
 
-    queryset = Attempt.objects.select_related("cluster")
+    queryset = Attempt.objects.select_related("cluster", "monitor")
     serializer_class = s.AttemptSerializer
     filterset_class = f.AttemptFilterSet
 

@@ -123,7 +123,11 @@ def _workload(request: HttpRequest, pk: int) -> Workload:
 
 
 def _workload_context(workload: Workload) -> dict[str, object]:
-    attempts = list(workload.attempts.order_by("-first_seen_at", "-attempt_index")[:TABLE_ATTEMPTS])
+    attempts = list(
+        workload.attempts.select_related("monitor").order_by("-first_seen_at", "-attempt_index")[
+            :TABLE_ATTEMPTS
+        ]
+    )
     latest = attempts[0] if attempts else None
     # Only the latest attempt's output: the one running, or the last to end.
     # Read up to the attempt's end: a remote source's window must cover what it wrote last.
@@ -167,7 +171,12 @@ def _spans(workload: Workload, attempts: list[Attempt]) -> list[charts.AttemptSp
     monitors: dict[int, dict[str, Any]] = {
         m["attempt_id"]: dict(m)
         for m in AttemptMonitor.objects.filter(attempt__in=attempts).values(
-            "attempt_id", "throughput", "last_step", "last_progress_at"
+            "attempt_id",
+            "throughput",
+            "last_step",
+            "last_progress_at",
+            "checkpoint_step",
+            "checkpoint_at",
         )
     }
     names = {n for a in attempts for n in a.nodes}
@@ -204,6 +213,9 @@ def _span(attempt: Attempt, monitor: dict[str, Any], gpus: dict[str, int]) -> ch
         last_step=monitor.get("last_step"),
         last_progress_at=monitor.get("last_progress_at"),
         throughput=samples,
+        failed_at=attempt.failed_at,
+        checkpoint_step=monitor.get("checkpoint_step"),
+        checkpoint_at=monitor.get("checkpoint_at"),
     )
 
 

@@ -84,3 +84,81 @@ def test_one_busy_gpu_resets_the_idle_clock() -> None:
     tracker = ProgressTracker(started_at=T0).observe_gpus(T0, [0.0, 0.0], SETTINGS)
     tracker = tracker.observe_gpus(T0 + timedelta(seconds=60), [0.0, 95.0], SETTINGS)
     assert tracker.gpus_idle_since is None
+
+
+# The defaults: the silence allowed follows each job's own step time, with a one-minute floor.
+DEFAULTS = HangSettings()
+
+
+def silence_until_hang(tracker: ProgressTracker, settings: HangSettings = DEFAULTS) -> int:
+    """The first whole second of silence after the last progress at which a hang is found."""
+    last = tracker.last_progress_at
+    assert last is not None
+    for second in range(1, 4 * 3600):
+        if check_hang("1", tracker, last + timedelta(seconds=second), settings):
+            return second
+    raise AssertionError("no hang within four hours of silence")
+
+
+def test_the_allowed_silence_follows_each_jobs_own_step_time() -> None:
+    # Five smoothed intervals, at least a minute: 2 s steps → 60 s, 30 s → 150 s, 5 min → 25 min.
+    found = {every: silence_until_hang(steady(40, every=every)) for every in (2, 30, 300)}
+    assert found == {2: 61, 30: 151, 300: 1501}
+
+
+def test_a_faster_job_is_called_hung_sooner_than_a_slower_one() -> None:
+    fast, slow = steady(40, every=10), steady(40, every=40)
+    assert silence_until_hang(fast) == 61 < silence_until_hang(slow) == 201
+
+
+def test_the_smoothed_interval_follows_a_job_that_slows_down() -> None:
+    tracker = steady(40, every=10)
+    last = tracker.last_progress_at
+    assert last is not None
+    for n in range(1, 30):  # the job now steps every 60 s
+        at = last + timedelta(seconds=60 * n)
+        tracker = tracker.observe(at, Progress(step=1000 + n), f"iteration {1000 + n}", 0.2)
+    assert 290 < allowed_silence(tracker, DEFAULTS) <= 300
+
+
+def test_a_visible_checkpoint_save_extends_the_silence_until_it_ends() -> None:
+    tracker = steady(40, every=2)
+    last = tracker.last_progress_at
+    assert last is not None
+    saving = tracker.observe_line(
+        last + timedelta(seconds=1), "saving checkpoint at iteration 390 to /ckpt in torch format"
+    )
+    # Ten minutes into the save: far past the job's 60 s, still no hang.
+    assert check_hang("1", saving, last + timedelta(minutes=10), DEFAULTS) is None
+    assert silence_until_hang(saving) == DEFAULTS.checkpoint_grace_seconds + 1
+    saved_at = last + timedelta(minutes=12)
+    saved = saving.observe_line(
+        saved_at, "  successfully saved checkpoint from iteration     390 to /ckpt"
+    )
+    # Once written, the job's own allowance counts again, from the end of the save.
+    assert check_hang("1", saved, saved_at + timedelta(seconds=59), DEFAULTS) is None
+    finding = check_hang("1", saved, saved_at + timedelta(seconds=61), DEFAULTS)
+    assert finding is not None and finding.root_cause == "hang:no-progress"
+
+
+def test_an_evaluation_running_gets_its_own_grace() -> None:
+    tracker = steady(40, every=2)
+    last = tracker.last_progress_at
+    assert last is not None
+    evaluating = tracker.observe_line(last + timedelta(seconds=1), "***** Running Evaluation *****")
+    settings = HangSettings(evaluation_grace_seconds=600)
+    assert check_hang("1", evaluating, last + timedelta(seconds=599), settings) is None
+    assert check_hang("1", evaluating, last + timedelta(seconds=601), settings) is not None
+
+
+def test_idle_gpus_during_a_visible_save_are_not_a_hang() -> None:
+    tracker = steady(5, every=30).observe_line(
+        T0, "[Rank 0] [Torch] Checkpoint global_step40 is about to be saved!"
+    )
+    tracker = tracker.observe_gpus(T0, [0.0, 0.0], DEFAULTS)
+    assert check_hang("1", tracker, T0 + timedelta(seconds=300), DEFAULTS) is None
+
+
+def test_a_line_that_only_mentions_a_checkpoint_does_not_pause_anything() -> None:
+    tracker = steady(40, every=2).observe_line(T0, "checkpoint dir is /ckpt, save interval 1000")
+    assert allowed_silence(tracker, DEFAULTS) == 60
