@@ -4,16 +4,22 @@ pages showing it, after the commit."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from django.db import transaction
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
+
 from detection.core.interruption import Interruption
+from detection.core.lifecycle import Successor, healthy_because
 from recovery_console.fleet import audit, events, services
 from recovery_console.fleet.core.taxonomy import Kind
-from recovery_console.fleet.models import Attempt
+from recovery_console.fleet.models import Attempt, Workload, WorkloadState
 
-from .models import Anomaly, AnomalyFamily
+from .models import Anomaly, AnomalyFamily, AnomalyOutcome, AnomalyState, AttemptMonitor
 
 ACTOR = "system:detection"
 MAX_EVIDENCE_KEPT = 50
@@ -163,3 +169,112 @@ def _is_sharper(found: dict[str, Any], anomaly: Anomaly) -> bool:
     if anomaly.implicated_hosts and not found["implicated_hosts"]:
         return False
     return bool(found["confidence"] > anomaly.confidence)
+
+
+# --- the end of an interruption ------------------------------------------------------------
+
+
+def resolve_settled(cluster_id: int, now: datetime) -> int:
+    """Resolve each open anomaly whose interruption is over, with its outcome: the workload
+    was stopped or finished, or a later attempt of it ran healthy (``core.lifecycle``).
+    A handful of queries however many anomalies are open; only those resolved are written."""
+    open_rows: list[dict[str, Any]] = [
+        dict(row)
+        for row in Anomaly.objects.filter(cluster_id=cluster_id, state=AnomalyState.OPEN).values(
+            "pk", "workload_id", "attempt_id", "family", "attempt__first_seen_at"
+        )
+    ]
+    if not open_rows:
+        return 0
+    workload_ids = {row["workload_id"] for row in open_rows}
+    workloads = {w.pk: w for w in Workload.objects.filter(pk__in=workload_ids)}
+    newest = _newest_attempts(workload_ids)
+    steps = dict(
+        AttemptMonitor.objects.filter(
+            attempt_id__in={r["attempt_id"] for r in open_rows} | {a.pk for a in newest.values()}
+        ).values_list("attempt_id", "last_step")
+    )
+    interrupted = {r["attempt_id"] for r in open_rows if r["family"] == AnomalyFamily.INTERRUPTION}
+    outcomes: dict[int, tuple[str, str]] = {}
+    for row in open_rows:
+        workload, latest = workloads[row["workload_id"]], newest.get(row["workload_id"])
+        found = _outcome(row, workload, latest, steps, interrupted, now)
+        if found is not None:
+            outcomes[row["pk"]] = found
+    return _resolve(outcomes, now)
+
+
+def _newest_attempts(workload_ids: set[int]) -> dict[int, Attempt]:
+    ranked = Attempt.objects.filter(workload_id__in=workload_ids).annotate(
+        rank=Window(
+            RowNumber(),
+            partition_by=F("workload_id"),
+            order_by=(F("first_seen_at").desc(), F("attempt_index").desc(), F("pk").asc()),
+        )
+    )
+    return {a.workload_id: a for a in ranked.filter(rank=1)}
+
+
+def _outcome(
+    row: dict[str, Any],
+    workload: Workload,
+    latest: Attempt | None,
+    steps: dict[int, int | None],
+    interrupted: set[int],
+    now: datetime,
+) -> tuple[str, str] | None:
+    if workload.state == WorkloadState.STOPPED:
+        return AnomalyOutcome.STOPPED, workload.stopped_reason or "the workload's job was cancelled"
+    if workload.state == WorkloadState.COMPLETED:
+        return AnomalyOutcome.COMPLETED, "the workload completed"
+    if latest is None or latest.pk == row["attempt_id"]:
+        return None  # nothing came after the interrupted attempt yet
+    if latest.first_seen_at < row["attempt__first_seen_at"]:
+        return None
+    successor = Successor(
+        label=f"job {latest.job_id}#{latest.attempt_index}",
+        state=latest.state,
+        started_at=latest.started_at,
+        last_step=steps.get(latest.pk),
+        interrupted=latest.pk in interrupted,
+    )
+    why = healthy_because(successor, steps.get(row["attempt_id"]), now)
+    return (AnomalyOutcome.RECOVERED, why) if why else None
+
+
+def _resolve(outcomes: dict[int, tuple[str, str]], now: datetime) -> int:
+    if not outcomes:
+        return 0
+    resolved = 0
+    with transaction.atomic():
+        # Locked and re-read: a scan sharpening one meanwhile keeps its evidence, and an
+        # anomaly resolved by another worker is not resolved twice.
+        rows = Anomaly.objects.select_for_update().filter(
+            pk__in=list(outcomes), state=AnomalyState.OPEN
+        )
+        entries = []
+        touched: dict[int, set[int]] = defaultdict(set)
+        for anomaly in rows.order_by("pk"):
+            outcome, why = outcomes[anomaly.pk]
+            anomaly.state, anomaly.outcome, anomaly.resolved_at = (
+                AnomalyState.RESOLVED,
+                outcome,
+                now,
+            )
+            anomaly.resolution = why[: Anomaly._meta.get_field("resolution").max_length]
+            anomaly.save(update_fields=["state", "outcome", "resolution", "resolved_at"])
+            entry = audit.entry(
+                ACTOR,
+                "anomaly.resolved",
+                anomaly,
+                payload={"outcome": outcome, "resolution": anomaly.resolution},
+            )
+            entry.cluster_id, entry.workload_id = anomaly.cluster_id, anomaly.workload_id
+            entry.attempt_id = anomaly.attempt_id
+            entries.append(entry)
+            touched[anomaly.cluster_id].add(anomaly.workload_id)
+            resolved += 1
+        audit.append(entries)
+        for cluster_id, workload_ids in touched.items():
+            events.send_workloads_changed(cluster_id, sorted(workload_ids))
+    return resolved

@@ -19,6 +19,7 @@ from detection.core.signatures import SignatureLibrary, build_library
 from detection.models import Anomaly, AnomalyState, AttemptMonitor, SourceCursor
 from detection.services import custom_signatures_of
 from recovery_console.fleet import audit, events
+from recovery_console.fleet import services as fleet
 from recovery_console.fleet.core.taxonomy import Action
 from recovery_console.fleet.models import Attempt, Cluster, ClusterMode, Node
 from remediation.core.attribution import AttemptView, pci_key
@@ -34,6 +35,7 @@ from .models import (
     Advice,
     AdviceState,
     ControllerToken,
+    DesiredState,
     Milestone,
     NodeHealth,
     NodeHealthState,
@@ -224,9 +226,7 @@ def _history(
 def _acts_on(cluster: Cluster, attempt: Attempt) -> bool:
     """Whether advice on this attempt is carried out: action mode, inside the allowlist."""
     allowlist = cluster.partitions_allowlist
-    return cluster.mode == ClusterMode.ACTION and (
-        not allowlist or attempt.partition in allowlist
-    )
+    return cluster.mode == ClusterMode.ACTION and (not allowlist or attempt.partition in allowlist)
 
 
 def _in_flight(cluster: Cluster) -> set[str]:
@@ -604,7 +604,15 @@ def _settle(controller: ControllerToken, advice: Advice, disposition: str, reaso
         {"generation": advice.generation, "reason": reason},
         controller.actor,
     )
+    if target == AdviceState.EXECUTED and advice.desired_state == DesiredState.CANCELLED:
+        fleet.stop_workload(controller.actor, advice.workload_id, stop_reason(advice), now)
     return True
+
+
+def stop_reason(advice: Advice) -> str:
+    """What a workload stopped on this advice shows: the decision's reason, which says what
+    to fix."""
+    return advice.reasons[0] if advice.reasons else f"advice {advice.pk}: stop"
 
 
 def record_milestone(

@@ -152,7 +152,9 @@ def _exclude(policy: Policy, incident: Incident, history: History, rule: str) ->
     # The hosts are named but may not be isolated (only suspected, or the breaker refused).
     if incident.kind == "straggler":
         # A slow job still runs: restarting it on the same nodes would gain nothing.
-        kept = f"a slowdown on {', '.join(incident.hosts)}, which cannot be taken out: reported only"
+        kept = (
+            f"a slowdown on {', '.join(incident.hosts)}, which cannot be taken out: reported only"
+        )
         return Decision(Action.NONE, reasons=(kept, *isolated.reasons), rule=rule)
     return _restart(incident, history, rule, isolated.reasons)
 

@@ -29,9 +29,7 @@ def _cluster_name(nullable: bool = False) -> serializers.SlugRelatedField:  # ty
 
 
 def _username(nullable: bool = False) -> serializers.SlugRelatedField:  # type: ignore[type-arg]
-    return serializers.SlugRelatedField(
-        slug_field="username", read_only=True, allow_null=nullable
-    )
+    return serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=nullable)
 
 
 class ClusterSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -77,7 +75,18 @@ class WorkloadSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     class Meta:
         model = Workload
-        fields = ("id", "cluster", "key", "state", "created_at", "updated_at")
+        fields = (
+            "id",
+            "cluster",
+            "key",
+            "is_array",
+            "array",
+            "state",
+            "stopped_reason",
+            "stopped_at",
+            "created_at",
+            "updated_at",
+        )
 
 
 class AttemptSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -143,6 +152,9 @@ class AnomalySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "signature",
             "node_local",
             "state",
+            "outcome",
+            "resolution",
+            "resolved_at",
             "first_evidence_at",
             "detected_at",
             "updated_at",
