@@ -10,14 +10,12 @@ from enum import StrEnum
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Window
-from django.db.models.functions import RowNumber
 
 from detection.core.interruption import Interruption
 from detection.core.lifecycle import Successor, healthy_because
 from recovery_console.fleet import audit, events, services
 from recovery_console.fleet.core.taxonomy import Kind
-from recovery_console.fleet.models import Attempt, Workload, WorkloadState
+from recovery_console.fleet.models import Attempt, Workload
 
 from .models import Anomaly, AnomalyFamily, AnomalyOutcome, AnomalyState, AttemptMonitor
 
@@ -175,70 +173,92 @@ def _is_sharper(found: dict[str, Any], anomaly: Anomaly) -> bool:
 
 
 def resolve_settled(cluster_id: int, now: datetime) -> int:
-    """Resolve each open anomaly whose interruption is over, with its outcome: the workload
-    was stopped or finished, or a later attempt of it ran healthy (``core.lifecycle``).
+    """Resolve each open anomaly whose interruption is over, with its outcome: its run was
+    stopped (on advice, or its job cancelled) or completed, or an attempt after it ran healthy
+    (``core.lifecycle``). Judged on the anomaly's own lineage, not the workload's newest
+    attempt: a cancelled job of the same name still in the queue says nothing of this one.
     A handful of queries however many anomalies are open; only those resolved are written."""
     open_rows: list[dict[str, Any]] = [
         dict(row)
         for row in Anomaly.objects.filter(cluster_id=cluster_id, state=AnomalyState.OPEN).values(
-            "pk", "workload_id", "attempt_id", "family", "attempt__first_seen_at"
+            "pk", "workload_id", "attempt_id", "family", "detected_at"
         )
     ]
     if not open_rows:
         return 0
     workload_ids = {row["workload_id"] for row in open_rows}
-    workloads = {w.pk: w for w in Workload.objects.filter(pk__in=workload_ids)}
-    newest = _newest_attempts(workload_ids)
+    stops = {
+        pk: (at, reason)
+        for pk, at, reason in Workload.objects.filter(
+            pk__in=workload_ids, stopped_at__isnull=False
+        ).values_list("pk", "stopped_at", "stopped_reason")
+    }
+    attempts = _attempts_from(open_rows, workload_ids)
     steps = dict(
-        AttemptMonitor.objects.filter(
-            attempt_id__in={r["attempt_id"] for r in open_rows} | {a.pk for a in newest.values()}
-        ).values_list("attempt_id", "last_step")
+        AttemptMonitor.objects.filter(attempt_id__in=[a.pk for a in attempts.values()]).values_list(
+            "attempt_id", "last_step"
+        )
     )
     interrupted = {r["attempt_id"] for r in open_rows if r["family"] == AnomalyFamily.INTERRUPTION}
+    by_workload: dict[int, list[Attempt]] = defaultdict(list)
+    for attempt in attempts.values():
+        by_workload[attempt.workload_id].append(attempt)
     outcomes: dict[int, tuple[str, str]] = {}
     for row in open_rows:
-        workload, latest = workloads[row["workload_id"]], newest.get(row["workload_id"])
-        found = _outcome(row, workload, latest, steps, interrupted, now)
+        failed = attempts[row["attempt_id"]]
+        latest = _last_after(failed, by_workload[row["workload_id"]])
+        stopped_at, reason = stops.get(row["workload_id"], (None, ""))
+        if stopped_at is not None and latest.first_seen_at <= stopped_at:
+            outcomes[row["pk"]] = (AnomalyOutcome.STOPPED, reason)  # stopped on advice
+            continue
+        found = _outcome(failed, latest, steps, interrupted, now)
         if found is not None:
             outcomes[row["pk"]] = found
     return _resolve(outcomes, now)
 
 
-def _newest_attempts(workload_ids: set[int]) -> dict[int, Attempt]:
-    ranked = Attempt.objects.filter(workload_id__in=workload_ids).annotate(
-        rank=Window(
-            RowNumber(),
-            partition_by=F("workload_id"),
-            order_by=(F("first_seen_at").desc(), F("attempt_index").desc(), F("pk").asc()),
-        )
-    )
-    return {a.workload_id: a for a in ranked.filter(rank=1)}
+def _attempts_from(rows: list[dict[str, Any]], workload_ids: set[int]) -> dict[int, Attempt]:
+    """The interrupted attempts and every attempt of their workloads seen since the oldest."""
+    since = Attempt.objects.filter(pk__in=[r["attempt_id"] for r in rows]).order_by("first_seen_at")
+    oldest = since.values_list("first_seen_at", flat=True).first()
+    found = Attempt.objects.filter(workload_id__in=workload_ids, first_seen_at__gte=oldest)
+    return {a.pk: a for a in found}
+
+
+def _last_after(failed: Attempt, attempts: list[Attempt]) -> Attempt:
+    """The newest attempt that came after ``failed`` in its lineage (seen later, or a requeue
+    of the same job); ``failed`` itself when none has."""
+    after = [
+        a
+        for a in attempts
+        if a.first_seen_at > failed.first_seen_at
+        or (a.job_id == failed.job_id and a.attempt_index > failed.attempt_index)
+    ]
+    return max(after, key=lambda a: (a.first_seen_at, a.attempt_index), default=failed)
 
 
 def _outcome(
-    row: dict[str, Any],
-    workload: Workload,
-    latest: Attempt | None,
+    failed: Attempt,
+    latest: Attempt,
     steps: dict[int, int | None],
     interrupted: set[int],
     now: datetime,
 ) -> tuple[str, str] | None:
-    if workload.state == WorkloadState.STOPPED:
-        return AnomalyOutcome.STOPPED, workload.stopped_reason or "the workload's job was cancelled"
-    if workload.state == WorkloadState.COMPLETED:
-        return AnomalyOutcome.COMPLETED, "the workload completed"
-    if latest is None or latest.pk == row["attempt_id"]:
+    label = f"job {latest.job_id}#{latest.attempt_index}"
+    if latest.state == "CANCELLED":
+        return AnomalyOutcome.STOPPED, f"{label} was cancelled"
+    if latest.pk == failed.pk:
+        if latest.state == "COMPLETED":  # a slowdown, say, of a run that then finished
+            return AnomalyOutcome.COMPLETED, f"{label} completed"
         return None  # nothing came after the interrupted attempt yet
-    if latest.first_seen_at < row["attempt__first_seen_at"]:
-        return None
     successor = Successor(
-        label=f"job {latest.job_id}#{latest.attempt_index}",
+        label=label,
         state=latest.state,
         started_at=latest.started_at,
         last_step=steps.get(latest.pk),
         interrupted=latest.pk in interrupted,
     )
-    why = healthy_because(successor, steps.get(row["attempt_id"]), now)
+    why = healthy_because(successor, steps.get(failed.pk), now)
     return (AnomalyOutcome.RECOVERED, why) if why else None
 
 

@@ -246,6 +246,13 @@ def test_viewers_cannot_release_nodes_nor_see_the_button(cluster, advised) -> No
     assert client.post("/clusters/research/nodes/n2/release", {"reason": "x"}).status_code == 403
 
 
+def test_the_nodes_page_shows_what_monitor_mode_would_have_done(cluster, advised) -> None:
+    page = text(client_for("viewer").get("/clusters/research/nodes/"))
+    row = page[page.index('data-node="n2"') :]
+    assert "+1 not acted on" in row[: row.index("</tr>")]
+    assert NodeHealth.objects.get(cluster=cluster, name="n2").state == "healthy"
+
+
 def test_nodes_are_filtered_by_health(cluster, struck) -> None:
     page = text(client_for("viewer").get("/clusters/research/nodes/?health=suspect"))
     assert 'data-node="n2"' in page and 'data-node="n1"' not in page

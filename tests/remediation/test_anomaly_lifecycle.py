@@ -136,3 +136,24 @@ def test_the_workload_pages_count_only_open_anomalies(cluster, client) -> None:
     assert '<td class="num">0</td>\n      <td>' in row
     page = client.get(f"/workloads/{anomaly.workload_id}/").content.decode()
     assert 'title="job 100#1 reached step 1,000, past step 900 where it failed">recovered' in page
+
+
+def test_another_cancelled_job_of_the_same_name_does_not_close_this_one(cluster) -> None:
+    # A cancelled run still in the queue, seen in the same snapshot as the one that failed.
+    old = JobRecordFactory(
+        job_id="90", comment='{"workload": "llama"}', state=JobState.CANCELLED, restart_count=1
+    )
+    new = JobRecordFactory(job_id="100", nodes=("n1", "n2"), comment='{"workload": "llama"}')
+    fleet.record_snapshot("test", cluster, ClusterSnapshot(T0, (old, new), ()))
+    anomaly = anomaly_on(Workload.objects.get(key="llama").attempts.get(job_id="100"))
+    assert resolve_settled(cluster.pk, T0 + timedelta(minutes=1)) == 0
+    # Its own job cancelled: the run was stopped.
+    cancelled = JobRecordFactory(
+        job_id="100", nodes=("n1", "n2"), comment='{"workload": "llama"}', state=JobState.CANCELLED
+    )
+    fleet.record_snapshot(
+        "test", cluster, ClusterSnapshot(T0 + timedelta(minutes=2), (cancelled,), ())
+    )
+    assert resolve_settled(cluster.pk, T0 + timedelta(minutes=3)) == 1
+    anomaly.refresh_from_db()
+    assert (anomaly.outcome, anomaly.resolution) == ("stopped", "job 100#0 was cancelled")

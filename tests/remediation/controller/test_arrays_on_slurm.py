@@ -38,26 +38,64 @@ sleep 120
 """
 
 
-def loop_until(done: Callable[[], bool], turn: Callable[[], None], timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
+def loop_until(
+    done: Callable[[], bool], turn: Callable[[], None], describe: Callable[[], object]
+) -> None:
+    deadline = time.monotonic() + 120.0
     while not done():
-        assert time.monotonic() < deadline, "the loop did not get there in time"
+        assert time.monotonic() < deadline, f"the loop did not get there in time: {describe()}"
         turn()
         time.sleep(0.5)
 
 
+def where_it_got(slurm_lab: SlurmLab, array_id: str) -> dict[str, object]:
+    """What the console and Slurm show, for a failure's message."""
+    return {
+        "attempts": list(
+            Attempt.objects.values_list(
+                "job_id", "attempt_index", "state", "nodes", "workload__key"
+            )
+        ),
+        "advice": list(Advice.objects.values_list("action", "state", "exclude_nodes", "reasons")),
+        "slurm": [
+            (j["job_id"], j["array_task_id"], j["job_state"], j["restart_cnt"], j["nodes"])
+            for j in slurm_lab.squeue()
+            if str(j.get("array_job_id")) == array_id
+        ],
+    }
+
+
 @pytest.fixture
-def site(slurm_lab: SlurmLab, local_slurm_client: SlurmClient, live_server):
+def partition(slurm_lab: SlurmLab, local_slurm_client: SlurmClient):
+    """A partition of its own, which alone the console may act in: jobs earlier tests left in
+    Slurm's queue (failed ones among them) are reported, but never acted on here."""
+    slurm_lab.run(
+        "scontrol",
+        "create",
+        "PartitionName=arrays",
+        "Nodes=node[1-4]",
+        "OverSubscribe=EXCLUSIVE",
+        "MaxTime=INFINITE",
+        "State=UP",
+    )
+    yield "arrays"
+    slurm_lab.reset()
+    slurm_lab.run("scontrol", "delete", "PartitionName=arrays", check=False)
+
+
+@pytest.fixture
+def site(slurm_lab: SlurmLab, local_slurm_client: SlurmClient, partition: str, live_server):
+    # Its own output directory: earlier tests' job output is not this cluster's evidence.
+    output = slurm_lab.jobs_dir / f"arrays-{time.monotonic_ns()}"
+    output.mkdir()
     cluster = console.create_cluster(
         "user:alice",
         "lab-arrays",
-        telemetry={
-            "logs": {"type": "files", "path": str(slurm_lab.jobs_dir)},
-            "metrics": {"type": "none"},
-        },
+        telemetry={"logs": {"type": "files", "path": str(output)}, "metrics": {"type": "none"}},
         scheduler={"backend": "slurm"},
     )
     cluster.mode = ClusterMode.ACTION
+    cluster.partitions_allowlist = [partition]
     cluster.save()
     secret = services.issue_controller_token("user:alice", cluster, "lab-controller").secret
     advisor = HttpAdvisor(live_server.url, "lab-arrays", secret)
@@ -68,26 +106,35 @@ def site(slurm_lab: SlurmLab, local_slurm_client: SlurmClient, live_server):
         scan_cluster(cluster, datetime.now(UTC))
         services.advise_cluster(cluster, datetime.now(UTC))
 
-    yield cluster, turn
+    yield cluster, turn, output
     slurm_lab.reset()
 
 
 def test_only_the_failed_array_task_is_restarted_and_charged(site, slurm_lab: SlurmLab) -> None:
-    cluster, turn = site
+    cluster, turn, output = site
     array_id = slurm_lab.sbatch(
-        ARRAY_WITH_ONE_FAILING_TASK, "--array=0-2", "-N", "1", "-J", "sweep", "--open-mode=append"
+        ARRAY_WITH_ONE_FAILING_TASK,
+        "--array=0-2",
+        "-N",
+        "1",
+        "-J",
+        "sweep",
+        "-p",
+        "arrays",
+        f"--output={output}/slurm-%A_%a.out",
+        "--open-mode=append",
     )
     failed = f"{array_id}_2"
 
     def resumed() -> bool:
         return Attempt.objects.filter(job_id=failed, attempt_index=1, state="RUNNING").exists()
 
-    loop_until(resumed, turn)
+    loop_until(resumed, turn, lambda: where_it_got(slurm_lab, array_id))
     array = Workload.objects.get(cluster=cluster, key="sweep[]")
     tasks = {task.key: task for task in array.tasks.all()}
     assert set(tasks) == {"sweep[0]", "sweep[1]", "sweep[2]"} and array.is_array
     # The failed task's lineage alone: its advice, its restart, its two attempts.
-    advice = Advice.objects.get(cluster=cluster)
+    advice = Advice.objects.get(cluster=cluster, workload__array=array)
     bad_node = Attempt.objects.get(job_id=failed, attempt_index=0).nodes[0]
     assert (advice.workload.key, advice.action, advice.exclude_nodes, advice.state) == (
         "sweep[2]",
