@@ -221,7 +221,9 @@ def _attempts_from(rows: list[dict[str, Any]], workload_ids: set[int]) -> dict[i
     """The interrupted attempts and every attempt of their workloads seen since the oldest."""
     since = Attempt.objects.filter(pk__in=[r["attempt_id"] for r in rows]).order_by("first_seen_at")
     oldest = since.values_list("first_seen_at", flat=True).first()
-    found = Attempt.objects.filter(workload_id__in=workload_ids, first_seen_at__gte=oldest)
+    found = Attempt.objects.filter(workload_id__in=workload_ids, first_seen_at__gte=oldest).only(
+        "workload_id", "job_id", "attempt_index", "first_seen_at", "state", "started_at"
+    )
     return {a.pk: a for a in found}
 
 
