@@ -4,16 +4,20 @@ pages showing it, after the commit."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from django.db import transaction
+
 from detection.core.interruption import Interruption
+from detection.core.lifecycle import Successor, healthy_because
 from recovery_console.fleet import audit, events, services
 from recovery_console.fleet.core.taxonomy import Kind
-from recovery_console.fleet.models import Attempt
+from recovery_console.fleet.models import Attempt, Workload
 
-from .models import Anomaly, AnomalyFamily
+from .models import Anomaly, AnomalyFamily, AnomalyOutcome, AnomalyState, AttemptMonitor
 
 ACTOR = "system:detection"
 MAX_EVIDENCE_KEPT = 50
@@ -163,3 +167,136 @@ def _is_sharper(found: dict[str, Any], anomaly: Anomaly) -> bool:
     if anomaly.implicated_hosts and not found["implicated_hosts"]:
         return False
     return bool(found["confidence"] > anomaly.confidence)
+
+
+# --- the end of an interruption ------------------------------------------------------------
+
+
+def resolve_settled(cluster_id: int, now: datetime) -> int:
+    """Resolve each open anomaly whose interruption is over, with its outcome: its run was
+    stopped (on advice, or its job cancelled) or completed, or an attempt after it ran healthy
+    (``core.lifecycle``). Judged on the anomaly's own lineage, not the workload's newest
+    attempt: a cancelled job of the same name still in the queue says nothing of this one.
+    A handful of queries however many anomalies are open; only those resolved are written."""
+    open_rows: list[dict[str, Any]] = [
+        dict(row)
+        for row in Anomaly.objects.filter(cluster_id=cluster_id, state=AnomalyState.OPEN).values(
+            "pk", "workload_id", "attempt_id", "family", "detected_at"
+        )
+    ]
+    if not open_rows:
+        return 0
+    workload_ids = {row["workload_id"] for row in open_rows}
+    stops = {
+        pk: (at, reason)
+        for pk, at, reason in Workload.objects.filter(
+            pk__in=workload_ids, stopped_at__isnull=False
+        ).values_list("pk", "stopped_at", "stopped_reason")
+    }
+    attempts = _attempts_from(open_rows, workload_ids)
+    steps = dict(
+        AttemptMonitor.objects.filter(attempt_id__in=[a.pk for a in attempts.values()]).values_list(
+            "attempt_id", "last_step"
+        )
+    )
+    interrupted = {r["attempt_id"] for r in open_rows if r["family"] == AnomalyFamily.INTERRUPTION}
+    by_workload: dict[int, list[Attempt]] = defaultdict(list)
+    for attempt in attempts.values():
+        by_workload[attempt.workload_id].append(attempt)
+    outcomes: dict[int, tuple[str, str]] = {}
+    for row in open_rows:
+        failed = attempts[row["attempt_id"]]
+        latest = _last_after(failed, by_workload[row["workload_id"]])
+        stopped_at, reason = stops.get(row["workload_id"], (None, ""))
+        if stopped_at is not None and latest.first_seen_at <= stopped_at:
+            outcomes[row["pk"]] = (AnomalyOutcome.STOPPED, reason)  # stopped on advice
+            continue
+        found = _outcome(failed, latest, steps, interrupted, now)
+        if found is not None:
+            outcomes[row["pk"]] = found
+    return _resolve(outcomes, now)
+
+
+def _attempts_from(rows: list[dict[str, Any]], workload_ids: set[int]) -> dict[int, Attempt]:
+    """The interrupted attempts and every attempt of their workloads seen since the oldest."""
+    since = Attempt.objects.filter(pk__in=[r["attempt_id"] for r in rows]).order_by("first_seen_at")
+    oldest = since.values_list("first_seen_at", flat=True).first()
+    found = Attempt.objects.filter(workload_id__in=workload_ids, first_seen_at__gte=oldest).only(
+        "workload_id", "job_id", "attempt_index", "first_seen_at", "state", "started_at"
+    )
+    return {a.pk: a for a in found}
+
+
+def _last_after(failed: Attempt, attempts: list[Attempt]) -> Attempt:
+    """The newest attempt that came after ``failed`` in its lineage (seen later, or a requeue
+    of the same job); ``failed`` itself when none has."""
+    after = [
+        a
+        for a in attempts
+        if a.first_seen_at > failed.first_seen_at
+        or (a.job_id == failed.job_id and a.attempt_index > failed.attempt_index)
+    ]
+    return max(after, key=lambda a: (a.first_seen_at, a.attempt_index), default=failed)
+
+
+def _outcome(
+    failed: Attempt,
+    latest: Attempt,
+    steps: dict[int, int | None],
+    interrupted: set[int],
+    now: datetime,
+) -> tuple[str, str] | None:
+    label = f"job {latest.job_id}#{latest.attempt_index}"
+    if latest.state == "CANCELLED":
+        return AnomalyOutcome.STOPPED, f"{label} was cancelled"
+    if latest.pk == failed.pk:
+        if latest.state == "COMPLETED":  # a slowdown, say, of a run that then finished
+            return AnomalyOutcome.COMPLETED, f"{label} completed"
+        return None  # nothing came after the interrupted attempt yet
+    successor = Successor(
+        label=label,
+        state=latest.state,
+        started_at=latest.started_at,
+        last_step=steps.get(latest.pk),
+        interrupted=latest.pk in interrupted,
+    )
+    why = healthy_because(successor, steps.get(failed.pk), now)
+    return (AnomalyOutcome.RECOVERED, why) if why else None
+
+
+def _resolve(outcomes: dict[int, tuple[str, str]], now: datetime) -> int:
+    if not outcomes:
+        return 0
+    resolved = 0
+    with transaction.atomic():
+        # Locked and re-read: a scan sharpening one meanwhile keeps its evidence, and an
+        # anomaly resolved by another worker is not resolved twice.
+        rows = Anomaly.objects.select_for_update().filter(
+            pk__in=list(outcomes), state=AnomalyState.OPEN
+        )
+        entries = []
+        touched: dict[int, set[int]] = defaultdict(set)
+        for anomaly in rows.order_by("pk"):
+            outcome, why = outcomes[anomaly.pk]
+            anomaly.state, anomaly.outcome, anomaly.resolved_at = (
+                AnomalyState.RESOLVED,
+                outcome,
+                now,
+            )
+            anomaly.resolution = why[: Anomaly._meta.get_field("resolution").max_length]
+            anomaly.save(update_fields=["state", "outcome", "resolution", "resolved_at"])
+            entry = audit.entry(
+                ACTOR,
+                "anomaly.resolved",
+                anomaly,
+                payload={"outcome": outcome, "resolution": anomaly.resolution},
+            )
+            entry.cluster_id, entry.workload_id = anomaly.cluster_id, anomaly.workload_id
+            entry.attempt_id = anomaly.attempt_id
+            entries.append(entry)
+            touched[anomaly.cluster_id].add(anomaly.workload_id)
+            resolved += 1
+        audit.append(entries)
+        for cluster_id, workload_ids in touched.items():
+            events.send_workloads_changed(cluster_id, sorted(workload_ids))
+    return resolved

@@ -125,6 +125,14 @@ class AnomalyState(models.TextChoices):
     RESOLVED = "resolved"
 
 
+class AnomalyOutcome(models.TextChoices):
+    """How an interruption ended (``anomalies.resolve_settled``)."""
+
+    RECOVERED = "recovered", "Recovered (a later attempt ran healthy)"
+    STOPPED = "stopped", "Stopped (the workload was stopped)"
+    COMPLETED = "completed", "Completed (the workload finished)"
+
+
 class Anomaly(models.Model):
     """One detected interruption of an attempt: a crash, a hang or a straggler.
 
@@ -158,6 +166,10 @@ class Anomaly(models.Model):
     pci_ids = models.JSONField(default=list, blank=True)
     detail = models.CharField(max_length=500, blank=True)
     state = models.CharField(max_length=16, choices=AnomalyState.choices, default=AnomalyState.OPEN)
+    outcome = models.CharField(max_length=16, choices=AnomalyOutcome.choices, blank=True)
+    # What showed the outcome: "job 12#1 reached step 1,200, past step 900 where this failed".
+    resolution = models.CharField(max_length=500, blank=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
     first_evidence_at = models.DateTimeField()
     detected_at = models.DateTimeField()
     updated_at = models.DateTimeField()

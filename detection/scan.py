@@ -36,7 +36,7 @@ from recovery_console.fleet import audit
 from recovery_console.fleet.models import Attempt, Cluster, Node
 
 from . import gaps, monitors
-from .anomalies import Recorded, record_interruption
+from .anomalies import Recorded, record_interruption, resolve_settled
 from .models import (
     Anomaly,
     AnomalyFamily,
@@ -70,6 +70,7 @@ class ScanSummary:
     lines: int = 0
     new_anomalies: int = 0
     updated_anomalies: int = 0
+    resolved_anomalies: int = 0
     failed_sources: list[str] = field(default_factory=list)
     skipped: bool = False
     out_of_time: bool = False
@@ -88,7 +89,7 @@ class ScanSummary:
         late = ", time budget spent (reading on next cycle)" if self.out_of_time else ""
         return (
             f"{self.lines} lines, {self.new_anomalies} new anomalies, "
-            f"{self.updated_anomalies} updated{failed}{late}"
+            f"{self.updated_anomalies} updated, {self.resolved_anomalies} resolved{failed}{late}"
         )
 
 
@@ -120,6 +121,7 @@ def scan_cluster(
         progress = [r for r in readings if r.name not in NODE_LOG_SOURCES]
         _check_running_attempts(cluster, now, config, samples, progress, metrics, summary)
         _check_ended_attempts(cluster, now, summary)
+        summary.resolved_anomalies = resolve_settled(cluster.pk, now)
     return summary
 
 

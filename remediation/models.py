@@ -112,6 +112,11 @@ class NodeHealth(models.Model):
     )
     # [{at, anomaly, workload, category}]: the policy counts only those inside its strike window.
     strikes = models.JSONField(default=list, blank=True)
+    # What monitor mode (or a partition outside the action allowlist) would have done to the
+    # node: [{at, anomaly, workload, category, exclude, drain}]. Never strikes, never counts
+    # against the circuit breaker in action mode.
+    would_isolate = models.JSONField(default=list, blank=True)
+    # When the controller really excluded or drained it (its milestones): what the breaker counts.
     excluded_at = models.DateTimeField(null=True, blank=True)
     drained_at = models.DateTimeField(null=True, blank=True)
     drain_reason = models.TextField(blank=True)

@@ -19,6 +19,7 @@ from detection.core.signatures import SignatureLibrary, build_library
 from detection.models import Anomaly, AnomalyState, AttemptMonitor, SourceCursor
 from detection.services import custom_signatures_of
 from recovery_console.fleet import audit, events
+from recovery_console.fleet import services as fleet
 from recovery_console.fleet.core.taxonomy import Action
 from recovery_console.fleet.models import Attempt, Cluster, ClusterMode, Node
 from remediation.core.attribution import AttemptView, pci_key
@@ -34,6 +35,7 @@ from .models import (
     Advice,
     AdviceState,
     ControllerToken,
+    DesiredState,
     Milestone,
     NodeHealth,
     NodeHealthState,
@@ -141,7 +143,10 @@ def advise(anomaly: Anomaly, now: datetime) -> Advice:
             advice = _create_advice(anomaly, fields, now)
         else:
             advice = _revise_advice(advice, fields, now)
-        _strike(cluster, verdict.incident, anomaly, verdict.decision, now)
+        if _acts_on(cluster, attempt):
+            _strike(cluster, verdict.incident, anomaly, now)
+        else:
+            _note_would_isolate(cluster, verdict.incident, anomaly, verdict.decision, now)
     return advice
 
 
@@ -197,13 +202,49 @@ def _history(
     health = list(NodeHealth.objects.filter(cluster=cluster))
     strike_since = now - timedelta(hours=policy.strike_window_hours)
     breaker_since = now - timedelta(minutes=policy.circuit_breaker_window_minutes)
+    # Advice that is not acted on is judged as if it were, from what such advice would have
+    # done; advice that is acted on sees only what was really done (or is being done).
+    acting = _acts_on(cluster, attempt)
+    isolated = _in_flight(cluster) | {h.name for h in health if _isolated(h, breaker_since)}
+    if not acting:
+        isolated |= {h.name for h in health if _would_isolate_since(h, breaker_since)}
+    strikes = {
+        h.name: strikes_since(h.strikes, strike_since, anomaly.pk)
+        + (0 if acting else strikes_since(h.would_isolate, strike_since, anomaly.pk))
+        for h in health
+    }
     return History(
         restarts=len(earlier),
         root_causes=tuple((causes[a.pk], steps.get(a.pk)) for a in earlier if a.pk in causes),
         excluded=tuple(sorted(_still_excluded(attempt, health))),
-        strikes={h.name: strikes_since(h.strikes, strike_since, anomaly.pk) for h in health},
-        isolated=tuple(sorted(h.name for h in health if _isolated(h, breaker_since))),
+        strikes=strikes,
+        isolated=tuple(sorted(isolated)),
         cluster_nodes=Node.objects.filter(cluster=cluster).count(),
+    )
+
+
+def _acts_on(cluster: Cluster, attempt: Attempt) -> bool:
+    """Whether advice on this attempt is carried out: action mode, inside the allowlist."""
+    allowlist = cluster.partitions_allowlist
+    return cluster.mode == ClusterMode.ACTION and (not allowlist or attempt.partition in allowlist)
+
+
+def _in_flight(cluster: Cluster) -> set[str]:
+    """Nodes enforced advice is about to take out (dispatched or claimed, not yet reported
+    done): counted by the breaker already, so two advices at once cannot overshoot it."""
+    nodes: set[str] = set()
+    rows = Advice.objects.filter(
+        cluster=cluster, enforce=True, state__in=(AdviceState.DISPATCHED, AdviceState.CLAIMED)
+    ).values_list("exclude_nodes", "drain_nodes", "anomaly__implicated_hosts")
+    for exclude, drain, implicated in rows:
+        nodes |= (set(exclude) & set(implicated)) | set(drain)
+    return nodes
+
+
+def _would_isolate_since(health: NodeHealth, since: datetime) -> bool:
+    return any(
+        (mark.get("exclude") or mark.get("drain")) and datetime.fromisoformat(mark["at"]) >= since
+        for mark in health.would_isolate
     )
 
 
@@ -279,30 +320,18 @@ def _revise_advice(advice: Advice, fields: dict[str, Any], now: datetime) -> Adv
     return advice
 
 
-def _strike(
-    cluster: Cluster, incident: Incident, anomaly: Anomaly, decision: Decision, now: datetime
-) -> None:
-    """Each implicated node gets one strike per anomaly; excluded ones are marked so the
-    circuit breaker can count them."""
+def _strike(cluster: Cluster, incident: Incident, anomaly: Anomaly, now: datetime) -> None:
+    """Each implicated node gets one strike per anomaly. Only advice that is acted on strikes;
+    the breaker counts a node once the controller reports it excluded or drained."""
     if incident.confidence_label == "hypothesis":
         return
     for host in incident.hosts:
         health, _ = NodeHealth.objects.select_for_update().get_or_create(cluster=cluster, name=host)
         if any(s["anomaly"] == anomaly.pk for s in health.strikes):
             continue
-        health.strikes = [
-            *health.strikes,
-            {
-                "at": now.isoformat(),
-                "anomaly": anomaly.pk,
-                "workload": anomaly.workload_id,
-                "category": incident.category,
-            },
-        ]
+        health.strikes = [*health.strikes, _mark(anomaly, incident, now)]
         if health.state == NodeHealthState.HEALTHY:
             health.state = NodeHealthState.SUSPECT
-        if host in decision.exclude:
-            health.excluded_at = now
         health.save()
         audit.record(
             ACTOR,
@@ -316,6 +345,46 @@ def _strike(
                 "category": incident.category,
             },
         )
+
+
+def _note_would_isolate(
+    cluster: Cluster, incident: Incident, anomaly: Anomaly, decision: Decision, now: datetime
+) -> None:
+    """Monitor mode: what the advice would do to each implicated node, recorded (and audited)
+    without a strike, an exclusion or a drain. Revised advice updates its own mark."""
+    if incident.confidence_label == "hypothesis":
+        return
+    for host in incident.hosts:
+        health, _ = NodeHealth.objects.select_for_update().get_or_create(cluster=cluster, name=host)
+        mark = _mark(anomaly, incident, now) | {
+            "exclude": host in decision.exclude,
+            "drain": host in decision.drain,
+        }
+        kept = [m for m in health.would_isolate if m["anomaly"] != anomaly.pk]
+        previous = next((m for m in health.would_isolate if m["anomaly"] == anomaly.pk), None)
+        if previous is not None:
+            mark["at"] = previous["at"]  # the first sighting, as a strike would keep
+            if previous == mark:
+                continue
+        health.would_isolate = [*kept, mark]
+        health.save(update_fields=["would_isolate"])
+        audit.record(
+            ACTOR,
+            "node.would_isolate",
+            health,
+            cluster=cluster,
+            workload=anomaly.workload,
+            payload={k: mark[k] for k in ("anomaly", "category", "exclude", "drain")},
+        )
+
+
+def _mark(anomaly: Anomaly, incident: Incident, now: datetime) -> dict[str, Any]:
+    return {
+        "at": now.isoformat(),
+        "anomaly": anomaly.pk,
+        "workload": anomaly.workload_id,
+        "category": incident.category,
+    }
 
 
 def _audit(advice: Advice, verb: str, payload: dict[str, Any], actor: str = ACTOR) -> None:
@@ -535,7 +604,15 @@ def _settle(controller: ControllerToken, advice: Advice, disposition: str, reaso
         {"generation": advice.generation, "reason": reason},
         controller.actor,
     )
+    if target == AdviceState.EXECUTED and advice.desired_state == DesiredState.CANCELLED:
+        fleet.stop_workload(controller.actor, advice.workload_id, stop_reason(advice), now)
     return True
+
+
+def stop_reason(advice: Advice) -> str:
+    """What a workload stopped on this advice shows: the decision's reason, which says what
+    to fix."""
+    return advice.reasons[0] if advice.reasons else f"advice {advice.pk}: stop"
 
 
 def record_milestone(
@@ -569,6 +646,8 @@ def record_milestone(
             _audit(advice, f"controller.{step}", payload, controller.actor)
             if step == Milestone.Step.DRAIN_NODE:
                 _mark_drained(advice, detail.get("node", ""), at)
+            elif step == Milestone.Step.UPDATE_EXCLUSIONS:
+                _mark_excluded(advice, detail.get("nodes") or advice.exclude_nodes, at)
     if refusal:
         raise _withdrawn(advice, refusal)
     return milestone, created
@@ -583,6 +662,18 @@ def _mark_drained(advice: Advice, node: str, at: datetime) -> None:
     health.save()
 
 
+def _mark_excluded(advice: Advice, nodes: list[str], at: datetime) -> None:
+    """The nodes this advice took out of its job (the anomaly's own: those excluded before
+    were counted when they were taken out), for the circuit breaker."""
+    fresh = set(nodes) & set(advice.anomaly.implicated_hosts)
+    for node in sorted(fresh):
+        health, _ = NodeHealth.objects.select_for_update().get_or_create(
+            cluster=advice.cluster, name=str(node)
+        )
+        health.excluded_at = at
+        health.save(update_fields=["excluded_at"])
+
+
 @transaction.atomic
 def release_node(actor: str, cluster: Cluster, name: str, reason: str) -> NodeHealth:
     """A person returns a drained or suspect node to service; the reason is required."""
@@ -595,7 +686,7 @@ def release_node(actor: str, cluster: Cluster, name: str, reason: str) -> NodeHe
         timezone.now(),
         actor,
     )
-    health.release_reason, health.strikes = reason, []
+    health.release_reason, health.strikes, health.would_isolate = reason, [], []
     health.save()
     audit.record(
         actor,

@@ -106,13 +106,25 @@ class WorkloadState(models.TextChoices):
 
 class Workload(models.Model):
     """One logical training run. Its attempts are grouped by ``key``: the ``workload`` tag in
-    the job's Slurm comment when there is one, else the job name."""
+    the job's Slurm comment when there is one, else the job name.
+
+    Each task of a Slurm job array is its own run (``"sweep[3]"``), with its own budgets and
+    history; the tasks hang off one row that stands for the array (``"sweep[]"``,
+    ``is_array``), which has no attempts of its own and takes its state from its tasks."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="workloads")
     key = models.CharField(max_length=200)
+    is_array = models.BooleanField(default=False)
+    array = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="tasks"
+    )
     state = models.CharField(
         max_length=16, choices=WorkloadState.choices, default=WorkloadState.PENDING
     )
+    # Set when the workload was stopped on advice (``services.stop_workload``): its attempts
+    # up to then no longer decide its state; a later resubmission (a new attempt) does.
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    stopped_reason = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -124,6 +136,13 @@ class Workload(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+    @property
+    def state_text(self) -> str:
+        """The state as people read it: a stop on advice says why."""
+        if self.state == WorkloadState.STOPPED and self.stopped_reason:
+            return f"Stopped: {self.stopped_reason}"
+        return str(self.get_state_display())
 
 
 JOB_STATE_CHOICES = [(s.value, s.value) for s in JobState] + [("REQUEUED", "REQUEUED")]

@@ -9,10 +9,10 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from recovery_console.fleet import audit
+from recovery_console.fleet import audit, events
 from recovery_console.fleet.core.outbound import redacted
 
-from .models import Attempt, Cluster, ClusterMode
+from .models import Attempt, Cluster, ClusterMode, Workload, WorkloadState
 from .snapshots import Rejection, SnapshotResult, record_snapshot, workload_key
 
 # Recording a snapshot has its own module; callers find it here with the other services.
@@ -22,6 +22,7 @@ __all__ = [
     "create_cluster",
     "note_failure",
     "record_snapshot",
+    "stop_workload",
     "update_cluster_settings",
     "workload_key",
 ]
@@ -74,3 +75,27 @@ def note_failure(attempt: Attempt, at: datetime) -> None:
     Attempt.objects.filter(pk=attempt.pk).filter(
         Q(failed_at__isnull=True) | Q(failed_at__gt=at)
     ).update(failed_at=at)
+
+
+@transaction.atomic
+def stop_workload(actor: str, workload_id: int, reason: str, at: datetime) -> bool:
+    """The workload was stopped on advice: it shows "Stopped: <reason>" whatever its last
+    attempt's state, until a new attempt (a resubmission) is seen. Once: a replay is a no-op."""
+    workload = Workload.objects.select_for_update().get(pk=workload_id)
+    if workload.stopped_at is not None:
+        return False
+    workload.state, workload.stopped_at, workload.updated_at = WorkloadState.STOPPED, at, at
+    workload.stopped_reason = reason.strip()[
+        : Workload._meta.get_field("stopped_reason").max_length
+    ]
+    workload.save(update_fields=["state", "stopped_at", "stopped_reason", "updated_at"])
+    audit.record(
+        actor,
+        "workload.stopped",
+        workload,
+        cluster=workload.cluster,
+        workload=workload,
+        payload={"reason": workload.stopped_reason, "at": at.isoformat()},
+    )
+    events.send_workloads_changed(workload.cluster_id, [workload.pk])
+    return True

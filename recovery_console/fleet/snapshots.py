@@ -22,7 +22,12 @@ from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 
 from recovery_console.fleet import audit, events
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobRecord, NodeRecord
+from recovery_console.fleet.core.scheduler import (
+    ClusterSnapshot,
+    JobRecord,
+    NodeRecord,
+    array_task_of,
+)
 
 from .models import Attempt, AuditEntry, Cluster, Node, Workload, WorkloadState
 
@@ -83,9 +88,29 @@ class SnapshotResult:
 
 def workload_key(job: JobRecord) -> str:
     """Attempts belong to the workload named by the comment's ``workload`` tag (JSON), or else
-    by the job name, which is how sites resubmit the same run."""
+    by the job name, which is how sites resubmit the same run. Each array task is a run of its
+    own, ``"<name>[<task>]"``: its siblings share the name, never the budget."""
+    task = array_task_of(job.job_id)
+    if task is None:
+        return _run_key(job)
+    return _with_suffix(_run_key(job), f"[{task[1]}]")
+
+
+def array_key(job: JobRecord) -> str | None:
+    """The key of the row standing for the array an array task belongs to (``"<name>[]"``)."""
+    return None if array_task_of(job.job_id) is None else _with_suffix(_run_key(job), "[]")
+
+
+def _run_key(job: JobRecord) -> str:
     tag = _comment_document(job.comment).get("workload")
-    return str(tag) if tag else job.name or f"job-{job.job_id}"
+    if tag:
+        return str(tag)
+    task = array_task_of(job.job_id)
+    return job.name or f"job-{task[0] if task else job.job_id}"
+
+
+def _with_suffix(key: str, suffix: str) -> str:
+    return key[: _max_length(Workload, "key") - len(suffix)] + suffix
 
 
 def record_snapshot(
@@ -397,15 +422,32 @@ def _copy_job(attempt: Attempt, job: JobRecord, seen_at: datetime) -> bool:
 def _workloads_for(
     cluster: Cluster, jobs: Sequence[JobRecord], seen_at: datetime
 ) -> dict[str, Workload]:
-    keys = list(dict.fromkeys(workload_key(job) for job in jobs))  # in the order reported
-    if not keys:
+    """The workload of each job by key, created when new; an array task's under its array's."""
+    arrays = _get_or_create_workloads(
+        cluster, {key: {"is_array": True} for job in jobs if (key := array_key(job))}, seen_at
+    )
+    wanted: dict[str, dict[str, Any]] = {}
+    for job in jobs:  # in the order reported
+        parent = array_key(job)
+        wanted.setdefault(workload_key(job), {"array": arrays[parent]} if parent else {})
+    return _get_or_create_workloads(cluster, wanted, seen_at)
+
+
+def _get_or_create_workloads(
+    cluster: Cluster, wanted: dict[str, dict[str, Any]], seen_at: datetime
+) -> dict[str, Workload]:
+    """Workloads by key; those missing are created with the fields given for them."""
+    if not wanted:
         return {}
+    keys = list(wanted)
     found = {w.key: w for w in Workload.objects.filter(cluster=cluster, key__in=keys)}
     missing = [key for key in keys if key not in found]
     if missing:
         Workload.objects.bulk_create(
             [
-                Workload(cluster=cluster, key=key, created_at=seen_at, updated_at=seen_at)
+                Workload(
+                    cluster=cluster, key=key, created_at=seen_at, updated_at=seen_at, **wanted[key]
+                )
                 for key in missing
             ],
             ignore_conflicts=True,
@@ -497,17 +539,60 @@ def _refresh_workload_states(changed: Sequence[Attempt], seen_at: datetime) -> s
             )
         )
         .filter(rank=1)
-        .values_list("workload_id", "pk", "state")
+        .values_list("workload_id", "pk", "state", "first_seen_at")
     )
+    stopped: dict[int, datetime] = {
+        pk: at
+        for pk, at in Workload.objects.filter(
+            pk__in=workload_ids, stopped_at__isnull=False
+        ).values_list("pk", "stopped_at")
+        if at is not None
+    }
     by_state: dict[str, list[int]] = defaultdict(list)
-    for workload_id, pk, state in newest:
-        if pk in changed_ids:
-            by_state[_WORKLOAD_STATE_OF_JOB.get(state, WorkloadState.INTERRUPTED)].append(
-                workload_id
-            )
+    for workload_id, pk, state, first_seen_at in newest:
+        if pk not in changed_ids:
+            continue
+        if workload_id in stopped and first_seen_at <= stopped[workload_id]:
+            continue  # stopped on advice: the stopped run's attempts do not reopen it
+        by_state[_WORKLOAD_STATE_OF_JOB.get(state, WorkloadState.INTERRUPTED)].append(workload_id)
+    for state, ids in by_state.items():
+        # A resubmission after a stop on advice starts afresh: the stop's reason goes.
+        Workload.objects.filter(pk__in=ids).update(
+            state=state, updated_at=seen_at, stopped_at=None, stopped_reason=""
+        )
+    return workload_ids | _refresh_array_states(workload_ids, seen_at)
+
+
+# An array is what its busiest task is: running while any runs, interrupted while any is.
+_ARRAY_STATE_ORDER = (
+    WorkloadState.RUNNING,
+    WorkloadState.PENDING,
+    WorkloadState.INTERRUPTED,
+    WorkloadState.STOPPED,
+    WorkloadState.COMPLETED,
+)
+
+
+def _refresh_array_states(task_ids: set[int], seen_at: datetime) -> set[int]:
+    """The arrays whose tasks changed take their state from their tasks; their ids."""
+    array_ids = set(
+        Workload.objects.filter(pk__in=task_ids, array__isnull=False).values_list(
+            "array_id", flat=True
+        )
+    )
+    if not array_ids:
+        return set()
+    states: dict[int, set[str]] = defaultdict(set)
+    for array_id, state in Workload.objects.filter(array_id__in=array_ids).values_list(
+        "array_id", "state"
+    ):
+        states[array_id].add(state)
+    by_state: dict[str, list[int]] = defaultdict(list)
+    for array_id, seen in states.items():
+        by_state[next(s for s in _ARRAY_STATE_ORDER if s in seen)].append(array_id)
     for state, ids in by_state.items():
         Workload.objects.filter(pk__in=ids).update(state=state, updated_at=seen_at)
-    return workload_ids
+    return array_ids
 
 
 def _observed(actor: str, cluster: Cluster, attempt: Attempt) -> AuditEntry:

@@ -114,6 +114,8 @@ def _stop(incident: Incident, rule: str) -> Decision:
 
 
 def _none_reason(incident: Incident, rule: str) -> str:
+    if incident.kind == "straggler" and incident.hosts:
+        return f"a slowdown on {', '.join(incident.hosts)} ({_rule_words(rule)}): reported only"
     if incident.kind == "straggler":
         return "a slowdown with no node to blame: reported only"
     if rule == "slurm_cancelled":
@@ -148,6 +150,12 @@ def _exclude(policy: Policy, incident: Incident, history: History, rule: str) ->
             rule=rule,
         )
     # The hosts are named but may not be isolated (only suspected, or the breaker refused).
+    if incident.kind == "straggler":
+        # A slow job still runs: restarting it on the same nodes would gain nothing.
+        kept = (
+            f"a slowdown on {', '.join(incident.hosts)}, which cannot be taken out: reported only"
+        )
+        return Decision(Action.NONE, reasons=(kept, *isolated.reasons), rule=rule)
     return _restart(incident, history, rule, isolated.reasons)
 
 
@@ -167,6 +175,9 @@ def _restart(
 def _restart_reason(incident: Incident, rule: str) -> str:
     if incident.kind == "hang":
         return "the job stopped making progress: restart it from its last checkpoint"
+    if rule == NODE_LOCAL and incident.hosts:
+        hosts = ", ".join(incident.hosts)
+        return f"node-local evidence implicates {hosts}, but it cannot be taken out: restart"
     if rule == NODE_LOCAL:
         return "node-local evidence, but the node cannot be taken out: restart"
     return f"a transient {category_words(incident.category)} ({_rule_words(rule)}): restart"

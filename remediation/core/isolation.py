@@ -7,6 +7,7 @@ count strikes from stored rows with ``strikes_since`` and ``isolated_since``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +22,7 @@ class IsolationRules:
     drain_after_strikes: int
     circuit_breaker_max_share: float
     circuit_breaker_window_minutes: float
+    circuit_breaker_max_nodes: int = 10
 
 
 @dataclass(frozen=True)
@@ -52,20 +54,31 @@ def isolate(rules: IsolationRules, incident: Incident, history: History) -> Isol
     return Isolation(exclude, drain, tuple([refusal] if refusal else []) + tuple(drains))
 
 
+def breaker_limit(rules: IsolationRules, cluster_nodes: int) -> int:
+    """How many nodes may be taken out within the window: the share of the cluster rounded up
+    (so a cluster of 4 may lose one), never more than the absolute cap, never every node."""
+    share = math.ceil(round(rules.circuit_breaker_max_share * cluster_nodes, 6))
+    return max(0, min(share, rules.circuit_breaker_max_nodes, cluster_nodes - 1))
+
+
 def circuit_breaker(rules: IsolationRules, history: History, new: set[str]) -> tuple[set[str], str]:
     """The nodes that may be isolated, and the refusal's reason when some may not: no more
-    than the configured share of the cluster within the window."""
+    than the breaker's limit (share and absolute cap) taken out within the window."""
     already = set(history.isolated)
     fresh = new - already
     if not fresh or history.cluster_nodes <= 0:
         return new, ""
-    share = len(already | fresh) / history.cluster_nodes
-    if share <= rules.circuit_breaker_max_share:
+    limit = breaker_limit(rules, history.cluster_nodes)
+    total = len(already | fresh)
+    if total <= limit:
         return new, ""
+    names = ", ".join(sorted(fresh))
     refusal = (
-        f"circuit breaker: isolating {', '.join(sorted(fresh))} would take out "
-        f"{share:.0%} of the cluster's nodes within {rules.circuit_breaker_window_minutes:g} "
-        f"minutes (limit {rules.circuit_breaker_max_share:.0%}); restarting without it"
+        f"circuit breaker: isolating {names} would take {total} of the cluster's "
+        f"{history.cluster_nodes} nodes out within {rules.circuit_breaker_window_minutes:g} "
+        f"minutes (limit {limit}: {rules.circuit_breaker_max_share:.0%} of the nodes, at most "
+        f"{rules.circuit_breaker_max_nodes}); {names} "
+        f"{'stays' if len(fresh) == 1 else 'stay'} in service"
     )
     return new & already, refusal
 

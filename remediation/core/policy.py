@@ -93,7 +93,10 @@ class Policy:
     evidence_grace_seconds: float = 10.0
     drain_after_strikes: int = 3
     strike_window_hours: float = 168.0
+    # At most this share of the nodes (rounded up, so a small cluster may lose one) and this
+    # many taken out (excluded or drained, for real) within the window.
     circuit_breaker_max_share: float = 0.10
+    circuit_breaker_max_nodes: int = 10
     circuit_breaker_window_minutes: float = 60.0
     approval_min_agreement: float = 0.90
     approval_min_labelled: int = 50
@@ -106,6 +109,7 @@ class Policy:
             self.drain_after_strikes,
             self.circuit_breaker_max_share,
             self.circuit_breaker_window_minutes,
+            self.circuit_breaker_max_nodes,
         )
 
     def limits_for(self, partition: str) -> Limits:
@@ -152,6 +156,7 @@ _NUMBERS: dict[str, tuple[type, float, float]] = {
     "drain_after_strikes": (int, 1, 100),
     "strike_window_hours": (float, 1, 24 * 365),
     "circuit_breaker_max_share": (float, 0, 1),
+    "circuit_breaker_max_nodes": (int, 0, 100000),
     "circuit_breaker_window_minutes": (float, 1, 24 * 60 * 7),
     "approval_min_agreement": (float, 0, 1),
     "approval_min_labelled": (int, 1, 100000),

@@ -207,7 +207,17 @@ def test_the_anomaly_page_marks_the_root_cause_line_and_shows_the_advice(cluster
 # --- nodes -----------------------------------------------------------------------------------
 
 
-def test_an_operator_releases_a_suspect_node_with_a_reason(cluster, advised) -> None:
+@pytest.fixture
+def struck(cluster: Cluster):
+    """As ``advised``, in action mode: only advice that is acted on strikes n2."""
+    cluster.mode = "action"
+    cluster.save()
+    anomaly = anomaly_on(running_attempt(cluster))
+    remediation.advise_cluster(cluster, T0 + timedelta(seconds=5))
+    return anomaly
+
+
+def test_an_operator_releases_a_suspect_node_with_a_reason(cluster, struck) -> None:
     assert NodeHealth.objects.get(cluster=cluster, name="n2").state == "suspect"
     client = client_for("operator", username="olga")
     page = text(client.get("/clusters/research/nodes/"))
@@ -223,7 +233,7 @@ def test_an_operator_releases_a_suspect_node_with_a_reason(cluster, advised) -> 
     assert AuditEntry.objects.filter(verb="node.released", actor="user:olga").exists()
 
 
-def test_a_release_without_a_reason_changes_nothing(cluster, advised) -> None:
+def test_a_release_without_a_reason_changes_nothing(cluster, struck) -> None:
     client = client_for("operator")
     response = client.post("/clusters/research/nodes/n2/release", {"reason": " "}, follow=True)
     assert "a reason is needed" in text(response)
@@ -236,7 +246,14 @@ def test_viewers_cannot_release_nodes_nor_see_the_button(cluster, advised) -> No
     assert client.post("/clusters/research/nodes/n2/release", {"reason": "x"}).status_code == 403
 
 
-def test_nodes_are_filtered_by_health(cluster, advised) -> None:
+def test_the_nodes_page_shows_what_monitor_mode_would_have_done(cluster, advised) -> None:
+    page = text(client_for("viewer").get("/clusters/research/nodes/"))
+    row = page[page.index('data-node="n2"') :]
+    assert "+1 not acted on" in row[: row.index("</tr>")]
+    assert NodeHealth.objects.get(cluster=cluster, name="n2").state == "healthy"
+
+
+def test_nodes_are_filtered_by_health(cluster, struck) -> None:
     page = text(client_for("viewer").get("/clusters/research/nodes/?health=suspect"))
     assert 'data-node="n2"' in page and 'data-node="n1"' not in page
 

@@ -139,6 +139,45 @@ def test_array_tasks_are_attempts_of_their_own(cluster) -> None:
     assert sorted(Attempt.objects.values_list("job_id", flat=True)) == ["900_1", "900_2"]
 
 
+def test_each_array_task_is_a_workload_of_its_own_under_the_array(cluster) -> None:
+    tag = '{"workload": "sweep-lr"}'
+    report(
+        cluster,
+        JobRecordFactory(job_id="900_1", name="sweep"),
+        JobRecordFactory(job_id="900_2", name="sweep"),
+        JobRecordFactory(job_id="901_0", name="other", comment=tag),
+        JobRecordFactory(job_id="902", name="sweep"),  # not an array: the name alone
+    )
+    array = Workload.objects.get(key="sweep[]")
+    assert array.is_array and not array.attempts.exists()
+    assert sorted(array.tasks.values_list("key", flat=True)) == ["sweep[1]", "sweep[2]"]
+    assert Workload.objects.get(key="sweep-lr[0]").array.key == "sweep-lr[]"
+    assert Workload.objects.get(key="sweep").array is None
+    task = Workload.objects.get(key="sweep[2]")
+    assert list(task.attempts.values_list("job_id", flat=True)) == ["900_2"]
+
+
+def test_a_requeued_task_stays_in_its_own_lineage_and_the_array_follows_its_tasks(cluster) -> None:
+    one, two = (JobRecordFactory(job_id=f"900_{n}", name="sweep") for n in (1, 2))
+    report(cluster, one, two)
+    failed = replace(two, state=JobState.FAILED, exit_code=1, end_time=T0 + timedelta(seconds=5))
+    report(cluster, one, failed, at=T0 + timedelta(seconds=5))
+    assert Workload.objects.get(key="sweep[]").state == "running"  # task 1 still runs
+    report(cluster, replace(one, state=JobState.COMPLETED), failed, at=T0 + timedelta(seconds=9))
+    assert Workload.objects.get(key="sweep[]").state == "interrupted"
+    again = replace(two, restart_count=1, start_time=T0 + timedelta(seconds=20))
+    report(cluster, again, at=T0 + timedelta(seconds=20))
+    assert Workload.objects.get(key="sweep[2]").attempts.count() == 2
+    assert Workload.objects.get(key="sweep[1]").attempts.count() == 1
+    assert Workload.objects.get(key="sweep[]").state == "running"
+
+
+def test_a_long_name_keeps_room_for_the_task_number(cluster) -> None:
+    report(cluster, JobRecordFactory(job_id="900_12", name="x" * 200))
+    keys = set(Workload.objects.values_list("key", flat=True))
+    assert keys == {"x" * 196 + "[12]", "x" * 198 + "[]"}
+
+
 # --- one bad job or node never blocks the rest ------------------------------------------
 
 

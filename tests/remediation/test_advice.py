@@ -79,6 +79,7 @@ def test_sharper_evidence_before_a_claim_makes_a_new_generation(cluster) -> None
 def test_each_implicated_node_gets_one_strike_per_anomaly_and_is_drained_at_the_limit(
     cluster,
 ) -> None:
+    action_mode(cluster)
     for n in range(3):
         anomaly_on(running_attempt(cluster, job_id=str(200 + n), comment=f'{{"workload": "w{n}"}}'))
         services.advise_cluster(cluster, T0 + timedelta(minutes=n))
@@ -86,6 +87,68 @@ def test_each_implicated_node_gets_one_strike_per_anomaly_and_is_drained_at_the_
     assert len(NodeHealth.objects.get(name="n2").strikes) == 3
     last = Advice.objects.get(attempt__job_id="202")
     assert last.drain_nodes == ["n2"]
+
+
+def test_monitor_mode_records_what_it_would_do_without_striking_or_excluding(cluster) -> None:
+    for n in range(3):
+        anomaly_on(running_attempt(cluster, job_id=str(200 + n), comment=f'{{"workload": "w{n}"}}'))
+        services.advise_cluster(cluster, T0 + timedelta(minutes=n))
+        services.advise_cluster(cluster, T0 + timedelta(minutes=n, seconds=1))
+    health = NodeHealth.objects.get(name="n2")
+    assert (health.state, health.strikes, health.excluded_at) == ("healthy", [], None)
+    assert [(m["exclude"], m["drain"]) for m in health.would_isolate] == [
+        (True, False),
+        (True, False),
+        (True, True),
+    ]
+    # The advice still says what action mode would do (the third strike drains) ...
+    assert Advice.objects.get(attempt__job_id="202").drain_nodes == ["n2"]
+    assert AuditEntry.objects.filter(verb="node.would_isolate").count() == 3
+    assert not AuditEntry.objects.filter(verb="node.struck").exists()
+    # ... and none of it counts once the cluster acts: n3 may be excluded at once.
+    action_mode(cluster)
+    anomaly_on(
+        running_attempt(cluster, job_id="300", nodes=("n3", "n4"), comment='{"workload": "x"}'),
+        hosts=("n3",),
+        root_cause="nvrm_xid:n3",
+    )
+    services.advise_cluster(cluster, T0 + timedelta(minutes=5))
+    advice = Advice.objects.get(attempt__job_id="300")
+    assert (advice.exclude_nodes, advice.drain_nodes) == (["n3"], [])
+    assert not any("circuit breaker" in r for r in advice.reasons)
+
+
+def test_the_breaker_counts_exclusions_the_controller_carried_out(cluster) -> None:
+    action_mode(cluster)
+    cluster.policy = {"circuit_breaker_max_nodes": 1}
+    cluster.save()
+    anomaly_on(running_attempt(cluster))
+    services.advise_cluster(cluster, T0)
+    first = Advice.objects.get()
+    controller = services.issue_controller_token("user:alice", cluster, "ctl").token
+    detail = {"nodes": ["n2"]}
+    services.record_milestone(controller, first.pk, "k1", "update_exclusions", T0, detail)
+    services.reconcile(controller, first.pk, 1, "converged", "done")
+    assert NodeHealth.objects.get(name="n2").excluded_at == T0
+    other = running_attempt(cluster, job_id="300", nodes=("n3", "n4"), comment='{"workload": "x"}')
+    anomaly_on(other, hosts=("n3",), root_cause="nvrm_xid:n3", at=T0 + timedelta(minutes=1))
+    services.advise_cluster(cluster, T0 + timedelta(minutes=1))
+    second = Advice.objects.get(attempt__job_id="300")
+    assert second.exclude_nodes == []
+    refusal = next(r for r in second.reasons if r.startswith("circuit breaker"))
+    assert "limit 1" in refusal and refusal.endswith("n3 stays in service")
+
+
+def test_advice_in_flight_counts_against_the_breaker(cluster) -> None:
+    action_mode(cluster)
+    cluster.policy = {"circuit_breaker_max_nodes": 1}
+    cluster.save()
+    anomaly_on(running_attempt(cluster))
+    other = running_attempt(cluster, job_id="300", nodes=("n3", "n4"), comment='{"workload": "x"}')
+    anomaly_on(other, hosts=("n3",), root_cause="nvrm_xid:n3")
+    services.advise_cluster(cluster, T0)
+    excluded = dict(Advice.objects.values_list("attempt__job_id", "exclude_nodes"))
+    assert excluded == {"100": ["n2"], "300": []}
 
 
 def test_a_second_controller_cannot_claim_what_the_first_claimed(cluster) -> None:
@@ -140,6 +203,7 @@ def test_a_replayed_milestone_is_recorded_once(cluster) -> None:
 
 
 def test_releasing_a_node_needs_a_reason_and_is_audited(cluster) -> None:
+    action_mode(cluster)
     anomaly_on(running_attempt(cluster))
     services.advise_cluster(cluster, T0)
     with pytest.raises(ValueError, match="needs a reason"):

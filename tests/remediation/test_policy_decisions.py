@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 from recovery_console.fleet.core.taxonomy import Action
 from remediation.core.decisions import decide, job_options, retries_without_progress
 from remediation.core.incident import History, Incident
-from remediation.core.policy import parse_policy
+from remediation.core.isolation import breaker_limit
+from remediation.core.policy import Policy, parse_policy
 
 POLICY = parse_policy({"drain_after_strikes": 3, "circuit_breaker_max_share": 0.1})
 XID = Incident(
@@ -166,9 +167,41 @@ def test_the_circuit_breaker_refuses_to_isolate_too_much_of_the_cluster() -> Non
     decision = decide(POLICY, XID, history)
     assert decision.action is Action.RESTART
     assert decision.exclude == () and decision.drain == ()
-    assert any(
-        r.startswith("circuit breaker: isolating n7 would take out 20%") for r in decision.reasons
-    )
+    refusal = next(r for r in decision.reasons if r.startswith("circuit breaker"))
+    assert refusal.startswith("circuit breaker: isolating n7 would take 2 of the cluster's 10")
+    assert "limit 1" in refusal and refusal.endswith("n7 stays in service")
+    # The restart says which node it could not take out, not that there was none to blame.
+    assert "implicates n7, but it cannot be taken out" in decision.reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "limit"), [(1, 0), (2, 1), (4, 1), (9, 1), (10, 1), (12, 2), (40, 4), (1000, 10)]
+)
+def test_the_breaker_lets_a_small_cluster_lose_one_node_and_caps_a_large_one(
+    nodes: int, limit: int
+) -> None:
+    assert breaker_limit(Policy().isolation_rules, nodes) == limit
+
+
+def test_the_absolute_cap_is_a_policy_setting() -> None:
+    rules = parse_policy({"circuit_breaker_max_nodes": 2}).isolation_rules
+    assert breaker_limit(rules, 1000) == 2
+    assert breaker_limit(parse_policy({"circuit_breaker_max_share": 0}).isolation_rules, 50) == 0
+
+
+def test_a_four_node_cluster_excludes_a_failed_node_with_the_default_policy() -> None:
+    decision = decide(Policy(), XID, History(cluster_nodes=4))
+    assert (decision.action, decision.exclude) == (Action.RESTART_EXCLUDING_NODE, ("n7",))
+    second = decide(Policy(), incident(hosts=("n3",)), History(isolated=("n7",), cluster_nodes=4))
+    assert second.exclude == () and "n3 stays in service" in second.reasons[-1]
+
+
+def test_a_slow_node_the_breaker_keeps_in_is_reported_not_restarted() -> None:
+    slow = incident(kind="straggler", category="straggler", signature="throughput_drop")
+    decision = decide(POLICY, slow, History(isolated=("n1",), cluster_nodes=10))
+    assert decision.action is Action.NONE
+    assert decision.reasons[0].startswith("a slowdown on n7, which cannot be taken out")
+    assert not any("no node to blame" in r for r in decision.reasons)
 
 
 def test_a_job_can_opt_out_or_lower_its_limits_but_not_raise_them() -> None:
@@ -243,6 +276,6 @@ def test_every_decision_has_reasons_and_never_isolates_past_the_breaker(
     if decision.action is Action.STOP:
         assert decision.fix
     isolated = set(decision.exclude) | set(decision.drain)
-    assert len(isolated) <= max(0, int(POLICY.circuit_breaker_max_share * cluster_nodes))
+    assert len(isolated) <= breaker_limit(POLICY.isolation_rules, cluster_nodes)
     if decision.action is Action.STOP:
         assert decision.exclude == ()

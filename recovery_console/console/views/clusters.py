@@ -68,6 +68,7 @@ def _cluster_context(cluster: Cluster) -> dict[str, object]:
     # Needing attention: interrupted, or waiting for the scheduler to start them.
     attention = (
         cluster.workloads.filter(state__in=[WorkloadState.INTERRUPTED, WorkloadState.PENDING])
+        .filter(is_array=False)  # an array's tasks are listed themselves
         .annotate(attempt_count=Count("attempts"))
         .order_by("-updated_at")[:ATTENTION]
     )

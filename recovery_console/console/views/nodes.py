@@ -43,6 +43,12 @@ class NodeRow:
         return len(self.health.strikes) if self.health else 0
 
     @property
+    def would_isolate(self) -> int:
+        """How often advice not acted on (monitor mode) would have excluded or drained it."""
+        marks = self.health.would_isolate if self.health else []
+        return sum(1 for mark in marks if mark.get("exclude") or mark.get("drain"))
+
+    @property
     def last_strike_at(self) -> datetime | None:
         if not self.health or not self.health.strikes:
             return None

@@ -90,7 +90,7 @@ def summaries(clusters: Sequence[Cluster]) -> list[ClusterSummary]:
     # Three grouped queries for every cluster at once; the rest are a fixed few per cluster.
     ids = [c.pk for c in clusters]
     workloads = _counts(
-        Workload.objects.filter(cluster_id__in=ids),
+        Workload.objects.filter(cluster_id__in=ids, is_array=False),  # runs, not their arrays
         running=Count("id", filter=Q(state=WorkloadState.RUNNING)),
         interrupted=Count("id", filter=Q(state=WorkloadState.INTERRUPTED)),
         total=Count("id"),

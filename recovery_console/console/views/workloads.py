@@ -55,8 +55,13 @@ def _partial(request: HttpRequest) -> bool:
 
 
 def _filtered(form: WorkloadFilterForm) -> QuerySet[Workload]:
-    # The pk breaks ties, so paging never shows a workload twice nor skips one.
-    workloads = Workload.objects.select_related("cluster").order_by("-updated_at", "-pk")
+    # The pk breaks ties, so paging never shows a workload twice nor skips one. An array's
+    # tasks are listed under the array (its page), not one by one here.
+    workloads = (
+        Workload.objects.select_related("cluster")
+        .filter(array__isnull=True)
+        .order_by("-updated_at", "-pk")
+    )
     if form.is_bound and form.is_valid():
         data = form.cleaned_data
         if data["cluster"]:
@@ -69,21 +74,30 @@ def _filtered(form: WorkloadFilterForm) -> QuerySet[Workload]:
 
 
 def _annotate_counts(workloads: list[Workload]) -> None:
-    """Attempts and open anomalies of one page of workloads, in two grouped queries (a join
-    over every workload would multiply attempts by anomalies)."""
+    """Attempts and open anomalies of one page of workloads (an array's: all its tasks'), and
+    each array's tasks, in grouped queries (a join over every workload would multiply attempts
+    by anomalies)."""
     ids = [w.pk for w in workloads]
+    open_anomalies = Anomaly.objects.filter(state=AnomalyState.OPEN)
     attempts = _count_by_workload(Attempt.objects.filter(workload_id__in=ids))
-    anomalies = _count_by_workload(
-        Anomaly.objects.filter(workload_id__in=ids, state=AnomalyState.OPEN)
-    )
+    anomalies = _count_by_workload(open_anomalies.filter(workload_id__in=ids))
+    arrays = [w.pk for w in workloads if w.is_array]
+    if arrays:
+        tasks = Attempt.objects.filter(workload__array_id__in=arrays)
+        attempts |= _count_by_workload(tasks, "workload__array_id")
+        in_tasks = open_anomalies.filter(workload__array_id__in=arrays)
+        anomalies |= _count_by_workload(in_tasks, "workload__array_id")
+        task_counts = _count_by_workload(Workload.objects.filter(array_id__in=arrays), "array_id")
     for workload in workloads:
         workload.attempt_count = attempts.get(workload.pk, 0)  # type: ignore[attr-defined]
         workload.open_anomalies = anomalies.get(workload.pk, 0)  # type: ignore[attr-defined]
+        if workload.is_array:
+            workload.task_count = task_counts.get(workload.pk, 0)  # type: ignore[attr-defined]
 
 
-def _count_by_workload(queryset: QuerySet[Any]) -> dict[int, int]:
-    rows = queryset.values("workload_id").annotate(n=Count("id")).order_by()
-    return {row["workload_id"]: row["n"] for row in rows}
+def _count_by_workload(queryset: QuerySet[Any], by: str = "workload_id") -> dict[int, int]:
+    rows = queryset.values(by).annotate(n=Count("id")).order_by()
+    return {row[by]: row["n"] for row in rows}
 
 
 def _query_without_page(request: HttpRequest) -> str:
@@ -118,11 +132,13 @@ def workload_timeline(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _workload(request: HttpRequest, pk: int) -> Workload:
     # Another cluster's workload is not found, as in the REST API.
-    workloads = visible(Workload.objects.select_related("cluster"), request.user)
+    workloads = visible(Workload.objects.select_related("cluster", "array"), request.user)
     return get_object_or_404(workloads, pk=pk)
 
 
 def _workload_context(workload: Workload) -> dict[str, object]:
+    if workload.is_array:
+        return _array_context(workload)
     attempts = list(
         workload.attempts.select_related("monitor").order_by("-first_seen_at", "-attempt_index")[
             :TABLE_ATTEMPTS
@@ -148,12 +164,26 @@ def _workload_context(workload: Workload) -> dict[str, object]:
     }
 
 
-def _timeline_context(workload: Workload) -> dict[str, object]:
-    attempts = list(
-        workload.attempts.order_by("-first_seen_at", "-attempt_index")[:TIMELINE_ATTEMPTS]
+def _array_context(array: Workload) -> dict[str, object]:
+    """An array's page lists its tasks, each a run with its own attempts and anomalies."""
+    tasks = list(array.tasks.select_related("cluster").order_by("pk")[:TABLE_ATTEMPTS])
+    _annotate_counts(tasks)
+    anomalies = (
+        Anomaly.objects.filter(workload__array=array)
+        .select_related("attempt", "advice", "workload")
+        .order_by("-detected_at")[:TABLE_ATTEMPTS]
     )
+    return {"workload": array, "tasks": tasks, "anomalies": anomalies}
+
+
+def _timeline_context(workload: Workload) -> dict[str, object]:
+    # An array's timeline draws its tasks' attempts.
+    own = (
+        Attempt.objects.filter(workload__array=workload) if workload.is_array else workload.attempts
+    )
+    attempts = list(own.order_by("-first_seen_at", "-attempt_index")[:TIMELINE_ATTEMPTS])
     spans = _spans(workload, attempts)
-    markers = _markers(workload, {a.pk: _label(a) for a in attempts})
+    markers = _markers({a.pk: _label(a) for a in attempts})
     figure = charts.workload_timeline(charts.Timeline(spans, markers, timezone.now()))
     return {
         "workload": workload,
@@ -219,10 +249,8 @@ def _span(attempt: Attempt, monitor: dict[str, Any], gpus: dict[str, int]) -> ch
     )
 
 
-def _markers(workload: Workload, labels: dict[int, str]) -> list[charts.Marker]:
-    anomalies = Anomaly.objects.filter(workload=workload, attempt_id__in=labels).select_related(
-        "advice"
-    )
+def _markers(labels: dict[int, str]) -> list[charts.Marker]:
+    anomalies = Anomaly.objects.filter(attempt_id__in=labels).select_related("advice")
     markers: list[charts.Marker] = []
     for anomaly in anomalies:
         label = labels[anomaly.attempt_id]
@@ -233,9 +261,7 @@ def _markers(workload: Workload, labels: dict[int, str]) -> list[charts.Marker]:
         if advice is not None:
             text = f"advice: {advice.get_action_display()} ({advice.state})"
             markers.append(charts.Marker("advice", advice.decided_at, label, text))
-    milestones = Milestone.objects.filter(
-        advice__workload=workload, advice__attempt_id__in=labels
-    ).select_related("advice")
+    milestones = Milestone.objects.filter(advice__attempt_id__in=labels).select_related("advice")
     for milestone in milestones:
         text = f"{milestone.action} by {milestone.controller}"
         markers.append(

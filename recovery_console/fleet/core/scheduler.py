@@ -6,6 +6,7 @@ Pure Python: no Django, no I/O. The vocabulary is Slurm's, because that is what 
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -85,6 +86,15 @@ class JobRecord:
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_JOB_STATES
+
+
+_ARRAY_TASK_ID = re.compile(r"([0-9]+)_([0-9]+)", re.ASCII)
+
+
+def array_task_of(job_id: str) -> tuple[str, int] | None:
+    """(array job id, task id) for an array task's job id (``"1234_7"``); None otherwise."""
+    match = _ARRAY_TASK_ID.fullmatch(job_id)
+    return (match.group(1), int(match.group(2))) if match else None
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,8 @@ def test_a_snapshot_is_recorded_and_its_replay_changes_nothing(cluster, controll
         200,
         {"new_attempts": 0, "changed_attempts": 0, "changed_nodes": 0, "rejected": []},
     )
-    assert Attempt.objects.get(job_id="77_3").workload.key == "sweep"
+    workload = Attempt.objects.get(job_id="77_3").workload
+    assert (workload.key, workload.array.key) == ("sweep[3]", "sweep[]")  # a run of its own
 
 
 def test_a_malformed_job_is_rejected_with_the_reason_and_records_nothing(
