@@ -7,6 +7,7 @@ optionally ``throughput``. Pure Python on RE2, so matching is linear in the line
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +109,7 @@ def _from_custom(found: Any) -> Progress:
     )
 
 
-def _from_match(style: str, groups: dict[str, str | None]) -> Progress:
+def _from_match(style: str, groups: Mapping[str, str | None]) -> Progress:
     raw_step = groups.get("step")
     step = int(raw_step) if raw_step else None
     return Progress(
@@ -116,7 +117,7 @@ def _from_match(style: str, groups: dict[str, str | None]) -> Progress:
     )
 
 
-def _throughput(groups: dict[str, str | None]) -> float | None:
+def _throughput(groups: Mapping[str, str | None]) -> float | None:
     """Throughput in the line's own unit, oriented so that higher means faster."""
     if groups.get("tflops"):
         return _number(groups["tflops"])

@@ -246,7 +246,7 @@ class SignatureLibrary:
 
     def _scan_blob(
         self,
-        data: bytes,
+        data: bytes | None,
         line_count: int,
         truncated: int,
         host_hints: Sequence[str | None] | None,
