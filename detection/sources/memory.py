@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from itertools import islice
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
 from detection.core.telemetry import LogLine, MetricSample
