@@ -9,6 +9,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from django.db import connection
+from django.utils import timezone
+
 from detection.core.checkpoints import (
     CheckpointState,
     LastCheckpoint,
@@ -80,6 +83,61 @@ def load(attempt: Attempt) -> AttemptMonitor:
     except AttemptMonitor.DoesNotExist:
         monitor, _ = AttemptMonitor.objects.get_or_create(attempt=attempt)
         return monitor
+
+
+def load_many(attempts: Sequence[Attempt]) -> dict[int, AttemptMonitor]:
+    """The monitors of ``attempts`` by attempt id, in two queries however many there are
+    (three when some are new), each tied to its attempt so reading it costs no query."""
+    wanted = [attempt.pk for attempt in attempts]
+    found = {m.attempt_id: m for m in AttemptMonitor.objects.filter(attempt_id__in=wanted)}
+    missing = [attempt for attempt in attempts if attempt.pk not in found]
+    if missing:
+        # The scan lease keeps other writers out; ignoring conflicts only makes a race harmless.
+        AttemptMonitor.objects.bulk_create(
+            [AttemptMonitor(attempt=attempt) for attempt in missing], ignore_conflicts=True
+        )
+        new = AttemptMonitor.objects.filter(attempt_id__in=[a.pk for a in missing])
+        found.update({m.attempt_id: m for m in new})
+    for attempt in attempts:
+        found[attempt.pk].attempt = attempt
+    return found
+
+
+# What ``observe`` changes; saved together in one statement per chunk of monitors.
+OBSERVED_FIELDS = (
+    "progress",
+    "throughput",
+    "matched_lines",
+    "lines_seen",
+    "last_step",
+    "last_progress_at",
+    "updated_at",
+)
+
+
+def save_many(monitors: Iterable[AttemptMonitor]) -> None:
+    """Store what ``observe`` changed in the given (stored) monitors, in bulk.
+
+    An upsert on the primary key writes a chunk of rows in one statement; Django's
+    ``bulk_update`` would build a CASE expression per field and row, which costs more than
+    the detectors themselves."""
+    rows = list(monitors)
+    stamp = timezone.now()
+    for monitor in rows:
+        monitor.updated_at = stamp  # bulk writes skip auto_now
+    # MySQL upserts on any unique key it meets and takes no target; SQLite and PostgreSQL do.
+    target = ["id"] if connection.features.supports_update_conflicts_with_target else None
+    AttemptMonitor.objects.bulk_create(
+        rows,
+        batch_size=BULK_ROWS,
+        update_conflicts=True,
+        unique_fields=target,
+        update_fields=OBSERVED_FIELDS,
+    )
+
+
+# Rows per statement: keeps its size and parameter count bounded.
+BULK_ROWS = 500
 
 
 def observe(monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorConfig) -> Observed:

@@ -206,12 +206,14 @@ def _process_lines(
     by_attempt, orphans = _route_lines(cluster, lines, now)
     for job_id, job_lines in orphans.items():
         PendingLines.hold(cluster, job_id, job_lines)
+    # One load and one bulk save for the whole batch, in the batch's transaction.
+    kept = monitors.load_many([attempt for attempt, _ in by_attempt])
     for attempt, attempt_lines in by_attempt:
-        monitor = monitors.load(attempt)
+        monitor = kept[attempt.pk]
         update = monitors.observe(monitor, attempt_lines, config)
-        monitor.save()
         if update.new_matches:
             _diagnose_from_logs(attempt, monitor, now, config, summary)
+    monitors.save_many(kept.values())
 
 
 def _route_lines(
@@ -500,17 +502,20 @@ def _check_running_attempts(
             # No signal is not no progress; what the GPUs say still counts.
             hang = None if found.silent else hang
             slow = None
-        if hang is not None and attempt.pk not in interrupted:
+        if attempt.pk in interrupted:
+            hang = diverged = None
+        else:
+            diverged = found.diverged
+        if hang is not None:
             hang = _explained_hang(attempt, monitor, hang, config)
         if slow is not None:
             slow = _explained_slowdown(attempt, monitor, slow, config)
+        findings = [f for f in (hang, slow, diverged) if f is not None]
+        if not findings:
+            continue  # the common case: no transaction for an attempt with nothing to record
         with transaction.atomic():
-            if hang is not None and attempt.pk not in interrupted:
-                summary.count(record_interruption(attempt, hang, now))
-            if slow is not None:
-                summary.count(record_interruption(attempt, slow, now))
-            if found.diverged is not None and attempt.pk not in interrupted:
-                summary.count(record_interruption(attempt, found.diverged, now))
+            for finding in findings:
+                summary.count(record_interruption(attempt, finding, now))
 
 
 def _utilisation_by_host(samples: Iterable[MetricSample]) -> dict[str, list[float]]:

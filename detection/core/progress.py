@@ -7,10 +7,13 @@ optionally ``throughput``. Pure Python on RE2, so matching is linear in the line
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import re2
+
+from detection.core.signatures.model import Regex, compile_re
 
 # Progress lines are short; past this length a line is not a progress line we can use.
 MAX_PROGRESS_LINE = 4096
@@ -31,8 +34,10 @@ class InvalidProgressPattern(ValueError):
     """A per-cluster progress pattern was refused; the message says why."""
 
 
-def _compile(pattern: str) -> Any:
-    return re2.compile(pattern)
+def _compile(pattern: str) -> Regex:
+    # The lean bytes-level matcher: the ``re2`` wrapper's offset translation costs more than
+    # the match on lines this short, and progress lines are most of what jobs print.
+    return compile_re(pattern)
 
 
 _MEGATRON = _compile(
@@ -54,15 +59,16 @@ _TQDM = _compile(
     r"(?:.*?(?:reduced_train_loss|train_loss|loss)=(?P<loss>[-+0-9.eE]+|nan|inf))?"
 )
 
-_STYLES: tuple[tuple[str, Any], ...] = (
-    ("megatron", _MEGATRON),
-    ("deepspeed", _DEEPSPEED_STEPS),
-    ("deepspeed", _DEEPSPEED_LOG_DIST),
-    ("hf", _HF_LOSS_DICT),
-    ("tqdm", _TQDM),
+# Each style with two literals (the same one twice when it has one), one of which its lines
+# always hold: a line is searched only with the styles whose literal it contains, in this
+# order, and the first match wins.
+_STYLES: tuple[tuple[str, Regex, tuple[str, str]], ...] = (
+    ("megatron", _MEGATRON, ("iteration", "iteration")),
+    ("deepspeed", _DEEPSPEED_STEPS, ("steps:", "steps:")),
+    ("deepspeed", _DEEPSPEED_LOG_DIST, ("step=", "step=")),
+    ("hf", _HF_LOSS_DICT, ("'loss'", "'loss'")),
+    ("tqdm", _TQDM, ("it/s", "s/it")),
 )
-# Cheap test before any regex: every style above contains one of these.
-_KEYWORDS = ("iteration", "steps:", "step=", "'loss'", "it/s", "s/it")
 
 
 def parse_progress(text: str, custom: Any | None = None) -> Progress | None:
@@ -73,12 +79,13 @@ def parse_progress(text: str, custom: Any | None = None) -> Progress | None:
         found = custom.search(text)
         if found:
             return _from_custom(found)
-    if not any(keyword in text for keyword in _KEYWORDS):
-        return None
-    for style, pattern in _STYLES:
+    for style, pattern, (literal, other) in _STYLES:
+        # Plain membership tests: a generator per line would cost more than all of them.
+        if literal not in text and other not in text:
+            continue
         found = pattern.search(text)
-        if found:
-            return _from_match(style, found.groupdict())
+        if found is not None:
+            return _from_match(style, found)
     return None
 
 
@@ -102,7 +109,7 @@ def _from_custom(found: Any) -> Progress:
     )
 
 
-def _from_match(style: str, groups: dict[str, str | None]) -> Progress:
+def _from_match(style: str, groups: Mapping[str, str | None]) -> Progress:
     raw_step = groups.get("step")
     step = int(raw_step) if raw_step else None
     return Progress(
@@ -110,7 +117,7 @@ def _from_match(style: str, groups: dict[str, str | None]) -> Progress:
     )
 
 
-def _throughput(groups: dict[str, str | None]) -> float | None:
+def _throughput(groups: Mapping[str, str | None]) -> float | None:
     """Throughput in the line's own unit, oriented so that higher means faster."""
     if groups.get("tflops"):
         return _number(groups["tflops"])

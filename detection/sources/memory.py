@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
 from detection.core.telemetry import LogLine, MetricSample
@@ -38,7 +39,8 @@ class MemoryLogSource:
         lost = max(0, first_kept - read)
         start = max(read, first_kept) - first_kept
         end = min(len(self._lines), start + self._batch)
-        lines = tuple(self._lines[i] for i in range(start, end))
+        # One pass: indexing a deque by position walks it from an end for every line.
+        lines = tuple(islice(self._lines, start, end))
         notes = (f"{lost} lines were dropped before they were read",) if lost else ()
         return LogBatch(lines, {"read": first_kept + end}, more=end < len(self._lines), notes=notes)
 

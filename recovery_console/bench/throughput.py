@@ -3,8 +3,9 @@
 The file is realistic output of the simulated cluster (progress lines, banners, warnings and the
 failure text of its fault mix), written to a temporary directory; past ``GENUINE_MB`` it repeats
 what was generated. Both readers run pinned to one core, in the same run: the library reads the
-file in blocks, decodes it and scans it in chunks of ``CHUNK_LINES`` lines (as detection scans a
-batch); grep counts the lines that match any signature's pattern, translated to POSIX ERE.
+file in blocks and scans them in chunks of whole lines of ``CHUNK_BYTES`` (about what detection
+scans in a batch), decoding only the lines a signature may match; grep counts the lines that
+match any signature's pattern, translated to POSIX ERE.
 
 The translation is mechanical (``to_ere``): RE2's ``(?:…)`` and ``(?P<name>…)`` become plain
 groups, ``\\d`` ``[0-9]``, ``\\w`` ``[[:alnum:]_]``, ``\\s`` ``[[:space:]]`` (``\\S`` their
@@ -39,8 +40,8 @@ from recovery_console.simulator import SimulatedCluster, SimulationConfig
 from .progress_bar import Tick
 
 START = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
-# About what one detection scan hands the library at a time.
-CHUNK_LINES = 10_000
+# About what one detection scan hands the library at a time (some 10,000 lines).
+CHUNK_BYTES = 2 << 20
 # Big enough that reading costs little beside scanning.
 BLOCK_BYTES = 4 << 20
 # Past this the simulator's own time would dominate; repeating its output is as realistic.
@@ -255,13 +256,24 @@ def blocks_of_lines(path: Path) -> Iterator[bytes]:
 
 
 def scan_file(path: Path, library: SignatureLibrary) -> int:
-    """Read, decode and scan the file with the library in chunks; returns the findings."""
+    """Read the file and scan it with the library in chunks of whole lines, undecoded (only
+    the lines a signature may match are decoded); returns the findings."""
     findings = 0
     for block in blocks_of_lines(path):
-        lines = block.decode("utf-8", "replace").split("\n")[:-1]
-        for start in range(0, len(lines), CHUNK_LINES):
-            findings += len(library.scan(lines[start : start + CHUNK_LINES]).groups)
+        for chunk in chunks_of_lines(block):
+            findings += len(library.scan_block(chunk).groups)
     return findings
+
+
+def chunks_of_lines(block: bytes) -> Iterator[bytes]:
+    """The block in chunks of about ``CHUNK_BYTES``, each ending at a line's end."""
+    start = 0
+    while start < len(block):
+        cut = block.rfind(b"\n", start, start + CHUNK_BYTES) + 1
+        if cut <= start:  # a line longer than a chunk: it goes whole
+            cut = block.find(b"\n", start + CHUNK_BYTES) + 1 or len(block)
+        yield block[start:cut]
+        start = cut
 
 
 def re2_matching_lines(path: Path, library: SignatureLibrary) -> int:
@@ -366,7 +378,7 @@ def measure_signatures(
         "file_mb": round(size / 1e6, 1),
         "generated_mb": round(min(size, GENUINE_MB * 1_000_000) / 1e6, 1),
         "matching_line_share": round(re2_lines / lines, 5) if lines else None,
-        "chunk_lines": CHUNK_LINES,
+        "chunk_bytes": CHUNK_BYTES,
         "seconds": round(scan_s, 3),
         "grep_seconds": round(grep_s, 3),
         "repeats": repeats,

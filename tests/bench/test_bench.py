@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 
 from detection.core.signatures import default_library
-from recovery_console.bench import scoring
+from recovery_console.bench import ingest, scoring
 from recovery_console.bench.throughput import to_ere
 
 T0 = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
@@ -68,6 +68,9 @@ def test_it_prints_one_document_with_the_stable_keys(quick: tuple[dict, Path]) -
     reads = result["cycle"]["advice_reads"]
     assert reads["reads"] > 0 and number(reads["seconds_p95"]) and number(reads["active_advice"])
     assert number(result["peak_rss_mb"]) and result["peak_rss_mb"] > 0
+    # Ingest at scale runs only when asked for, so --quick stays quick.
+    assert result["ingest"] is None
+    assert result["targets"]["ingest_at_scale_lines_per_s"]["met"] is None
     effective = result["effective_training_time"]
     assert all(0 <= effective[k] <= 1 for k in ("with_loop", "manual_baseline"))
     assert set(result["pages_ms"]) >= {"overview", "workloads", "workload", "nodes", "audit"}
@@ -105,6 +108,15 @@ def test_without_detection_nothing_is_detected_or_recovered(blind: dict[str, Any
     # With nothing detected the loop does nothing: the cluster fares as with no recovery at all.
     effective = blind["effective_training_time"]
     assert effective["with_loop"] == effective["no_recovery"]
+
+
+@pytest.mark.django_db
+def test_ingest_reports_lines_queries_and_memory_of_the_whole_loop() -> None:
+    figures = ingest.measure_ingest(3000, 10, seed=1, tick=lambda _: None)
+    assert figures["lines"] >= 3000 and figures["scans"] >= 1
+    assert all(number(figures[k]) for k in ("lines_per_s", "queries_per_1000_lines", "peak_rss_mb"))
+    # One load and one bulk write per batch, not one per attempt.
+    assert figures["queries_per_1000_lines"] < 100
 
 
 # --- the parts, without a database -----------------------------------------------------------

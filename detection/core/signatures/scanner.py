@@ -12,6 +12,7 @@ are assembled per stream (host, rank, local rank) into the finding of their exce
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -39,6 +40,8 @@ from recovery_console.fleet.core.taxonomy import Category
 
 _EXCEPTION_START = compile_re(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b")
 _NUMBERS = compile_re(r"0x[0-9A-Fa-f]+|\d+")
+# A plain character class: linear in the stdlib engine too, and cheaper to call on a str.
+_ASCII_DIGIT = re.compile("[0-9]")
 _MAX_STREAMS = 100_000
 _MAX_TEXT = 2000
 # Exact repeats of short lines reuse their first classification.
@@ -54,7 +57,10 @@ _Outcome = LineHit | str
 
 def normalise(message: str) -> str:
     """The shape of a message: numbers and addresses blanked, so repeats group together."""
-    shape = _NUMBERS.sub("#", message[:400]) if any(c.isdigit() for c in message[:400]) else message
+    head = message[:400]
+    # The C-level test for ASCII digits first; other digits (isdigit) are rare.
+    digits = _ASCII_DIGIT.search(head) or (not head.isascii() and any(c.isdigit() for c in head))
+    shape = _NUMBERS.sub("#", head) if digits else message
     return " ".join(shape.split())[:200]
 
 
@@ -222,9 +228,32 @@ class SignatureLibrary:
         example a node's kernel log); a host the line itself names wins over it.
         """
         capped, truncated = _cap(lines)
+        return self._scan_blob(_blob(capped), len(capped), truncated, host_hints)
+
+    def scan_block(self, data: bytes) -> ScanResult:
+        """Scan a block of UTF-8 text, one line per ``\n`` (a final one ends the last line),
+        as ``scan`` would scan its decoded lines, but without decoding or splitting it: the
+        combined program runs over the bytes and only the lines it matches are looked at.
+
+        A block that is not valid UTF-8, or holds a line past ``MAX_LINE_CHARS``, goes the
+        decoded way, so the result is always the same as ``scan``'s."""
+        body = data[:-1] if data.endswith(b"\n") else data
+        if not body:
+            return self.scan([])
+        if not _plain(body):
+            return self.scan(body.decode("utf-8", "replace").split("\n"))
+        return self._scan_blob(body, body.count(b"\n") + 1, 0, None)
+
+    def _scan_blob(
+        self,
+        data: bytes | None,
+        line_count: int,
+        truncated: int,
+        host_hints: Sequence[str | None] | None,
+    ) -> ScanResult:
         state = _ScanState()
         stopped: int | None = None
-        for count, (line_no, line) in enumerate(self._candidate_lines(capped)):
+        for count, (line_no, line) in enumerate(self._candidate_lines(data)):
             if count >= MAX_CLASSIFIED_LINES:
                 stopped = line_no
                 break
@@ -240,11 +269,11 @@ class SignatureLibrary:
         )
         return ScanResult(
             groups=tuple(findings),
-            lines_scanned=len(capped) if stopped is None else stopped - 1,
+            lines_scanned=line_count if stopped is None else stopped - 1,
             lines_truncated=truncated,
             benign_lines=state.benign,
             stopped_at_line=stopped,
-            lines_not_examined=0 if stopped is None else len(capped) - stopped + 1,
+            lines_not_examined=0 if stopped is None else line_count - stopped + 1,
             placements=tuple(state.placements),
         )
 
@@ -269,15 +298,10 @@ class SignatureLibrary:
         elif outcome == _BENIGN:
             state.benign += 1
 
-    def _candidate_lines(self, lines: Sequence[str]) -> Iterable[tuple[int, bytes]]:
-        """(1-based line number, text) of each line the combined program matches."""
-        if not lines:
+    def _candidate_lines(self, data: bytes | None) -> Iterable[tuple[int, bytes]]:
+        """(1-based line number, text) of each line of ``data`` the combined program matches."""
+        if data is None:
             return
-        blob = "\n".join(lines)
-        if blob.count("\n") != len(lines) - 1:
-            # A line with an embedded newline would shift every later line number.
-            blob = "\n".join(line.replace("\n", " ") for line in lines)
-        data = blob.encode("utf-8", "replace")
         pos = seen = 0
         line_index = 0
         while pos <= len(data):
@@ -353,6 +377,41 @@ def _refine(signature: Signature, message: str, values: dict[str, str]) -> Refin
     if signature.refine is None:
         return Refinement(signature.classification)
     return signature.refine(signature.classification, message, values)
+
+
+def _blob(lines: Sequence[str]) -> bytes | None:
+    """The lines as one UTF-8 buffer, one per line (None for no lines)."""
+    if not lines:
+        return None
+    blob = "\n".join(lines)
+    if blob.count("\n") != len(lines) - 1:
+        # A line with an embedded newline would shift every later line number.
+        blob = "\n".join(line.replace("\n", " ") for line in lines)
+    return blob.encode("utf-8", "replace")
+
+
+# A line this long may be past the cap; the few there are get measured one by one.
+_LONG_LINE = compile_re(r"[^\n]{1000}", never_capture=True)
+
+
+def _plain(data: bytes) -> bool:
+    """Valid UTF-8 with no line past ``MAX_LINE_CHARS``: the bytes are what ``scan`` would
+    match after decoding, capping and encoding again."""
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    pos = 0
+    while (start := _LONG_LINE.find(data, pos)) >= 0:
+        line_start = data.rfind(b"\n", 0, start) + 1
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        # Bytes within the cap are characters within it; past it, let the decoded way decide.
+        if end - line_start > MAX_LINE_CHARS:
+            return False
+        pos = end + 1
+    return True
 
 
 def _cap(lines: Sequence[str]) -> tuple[Sequence[str], int]:

@@ -54,6 +54,19 @@ class Command(BaseCommand):
         parser.add_argument("--quick", action="store_true", help="a small run (under 2 minutes)")
         parser.add_argument("--html", metavar="PATH", help="also write a report with charts")
         parser.add_argument(
+            "--ingest-lines",
+            type=int,
+            metavar="N",
+            help="also measure ingest of at least N log lines through the whole loop (off unless "
+            "given; 1000000 for the scale figure)",
+        )
+        parser.add_argument(
+            "--ingest-workloads",
+            type=int,
+            metavar="N",
+            help="running workloads the ingest measurement's lines come from (default 1000)",
+        )
+        parser.add_argument(
             "--no-detection", action="store_true", help="run the loop without detection scans"
         )
 
@@ -66,6 +79,8 @@ class Command(BaseCommand):
             fault_rate=options["fault_rate"],
             workloads=options["workloads"],
             detection=False if options["no_detection"] else None,
+            ingest_lines=options["ingest_lines"],
+            ingest_workloads=options["ingest_workloads"],
         )
         progress = ProgressBar(
             lambda text: self.stderr.write(text, ending=""), self.stderr.isatty()
