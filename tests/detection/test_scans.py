@@ -238,3 +238,42 @@ def test_a_kernel_error_after_a_job_ended_is_the_next_jobs_not_evidence_against_
     xid = Anomaly.objects.get(root_cause__startswith="nvrm_xid")
     assert (xid.attempt.job_id, xid.implicated_hosts) == ("9202", ["gpu-node-002"])
     assert not Anomaly.objects.filter(attempt__job_id="9201", root_cause__startswith="nvrm_xid")
+
+
+def test_a_slowdown_after_one_nodes_link_flapped_names_that_node(tmp_path: Path) -> None:
+    logs, node_logs = tmp_path / "slurm-logs", tmp_path / "nodes"
+    logs.mkdir()
+    node_logs.mkdir()
+    cluster = services.create_cluster(
+        "user:alice",
+        "degraded",
+        telemetry={
+            "logs": {"type": "files", "path": str(logs), "node_logs_path": str(node_logs)},
+            "metrics": {"type": "none"},
+        },
+        scheduler={"backend": "slurm"},
+    )
+    job = JobRecordFactory(job_id="9301", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
+    services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
+    output = logs / "slurm-9301.out"
+    step = (
+        " iteration {n:8d}/  100000 | elapsed time per iteration (ms): {ms:.1f} | lm loss: 2.1 |\n"
+    )
+    append(output, "".join(step.format(n=n, ms=900.0) for n in range(1, 31)))
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    append(
+        node_logs / "gpu-node-002.log",
+        "Nov 29 12:01:10 gpu-node-002 kernel: mlx5_core 0000:5e:00.0 mlx5_3: Port: 1 Link DOWN\n"
+        "Nov 29 12:01:13 gpu-node-002 kernel: mlx5_core 0000:5e:00.0 mlx5_3: Port: 1 Link ACTIVE\n",
+    )
+    append(output, "".join(step.format(n=n, ms=1400.0) for n in range(31, 41)))
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=2))
+    slow = Anomaly.objects.get()
+    assert (slow.kind, slow.category, slow.implicated_hosts, slow.node_local) == (
+        "straggler",
+        "straggler",
+        ["gpu-node-002"],
+        True,
+    )
+    assert "gpu-node-002" in slow.summary
+    assert {e["signature"] for e in slow.evidence} >= {"ib_link_down", "throughput_drop"}
