@@ -111,6 +111,10 @@ OBSERVED_FIELDS = (
     "lines_seen",
     "last_step",
     "last_progress_at",
+    "checkpoint_step",
+    "checkpoint_at",
+    "resume",
+    "resume_summary",
     "updated_at",
 )
 

@@ -78,15 +78,13 @@ def run(name: str) -> None:
 def recorded(name: str) -> dict[str, Any]:
     """What the scans stored for the cluster, keyed by job and attempt, without row ids."""
     key = ("attempt__job_id", "attempt__attempt_index")
-    state = AttemptMonitor.objects.filter(attempt__cluster__name=name).values_list(
-        *key,
-        "progress",
-        "throughput",
-        "matched_lines",
-        "lines_seen",
-        "last_step",
-        "last_progress_at",
-    )
+    # Every field the detectors keep, so one added later cannot be dropped by the bulk write.
+    kept = [
+        f.attname
+        for f in AttemptMonitor._meta.concrete_fields
+        if f.attname not in {"id", "attempt_id", "updated_at", "created_at"}
+    ]
+    state = AttemptMonitor.objects.filter(attempt__cluster__name=name).values_list(*key, *kept)
     anomalies = Anomaly.objects.filter(cluster__name=name).values_list(
         *key,
         "family",
