@@ -9,8 +9,8 @@ from typing import Any
 from recovery_console.fleet import services as console
 from recovery_console.fleet.core.scheduler import ClusterSnapshot
 from remediation import services
-from remediation.advisor.serializers import AdviceSerializer
-from remediation.controller.reconciler import AdviceItem, AdviceWithdrawn
+from remediation.advisor.serializers import AdviceSerializer, NodeResumeSerializer
+from remediation.controller.reconciler import AdviceItem, AdviceWithdrawn, NodeResume
 
 from .models import ControllerToken
 
@@ -46,6 +46,14 @@ class LocalAdvisor:
 
     def heartbeat(self, info: dict[str, Any]) -> None:
         services.heartbeat(self.token, info)
+
+    def node_resumes(self) -> list[NodeResume]:
+        published = NodeResumeSerializer(services.pending_resumes(self.token.cluster), many=True)
+        return [NodeResume.from_json(dict(item)) for item in published.data]
+
+    def report_resume(self, item: NodeResume, outcome: str, detail: str) -> None:
+        at = datetime.fromisoformat(item.requested_at)
+        services.record_resume(self.token, item.node, at, outcome, detail)
 
 
 def controller_token_for(cluster: Any, name: str = "local") -> ControllerToken:

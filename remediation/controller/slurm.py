@@ -79,6 +79,10 @@ class SlurmClient:
         """Requeue the job and hold it (PENDING, priority 0, restart count + 1)."""
         self._check(["scontrol", "requeuehold", validate_job_id(job_id)])
 
+    def hold(self, job_id: str) -> None:
+        """Hold a pending job (priority 0): it stays pending until released."""
+        self._check(["scontrol", "hold", validate_job_id(job_id)])
+
     def update_exclusions(self, job_id: str, nodes: Iterable[str]) -> None:
         """Set the pending job's excluded nodes (replacing earlier ones; none clears them)."""
         job = validate_job_id(job_id)

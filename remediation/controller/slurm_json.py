@@ -191,6 +191,7 @@ def _job_record(raw: Mapping[str, Any]) -> JobRecord:
         # Slurm puts estimates here for pending jobs and a limit-based end for running ones
         start_time=_time(raw.get("start_time")) if started else None,
         end_time=_time(raw.get("end_time")) if finished else None,
+        eligible_time=_time(raw.get("eligible_time")) if not started else None,
     )
 
 

@@ -81,6 +81,8 @@ class JobRecord:
     submit_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
+    # A pending job's earliest start (after a requeue: the requeue plus Slurm's delay).
+    eligible_time: datetime | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -141,7 +143,10 @@ def _record_to_json(record: JobRecord | NodeRecord) -> dict[str, object]:
 
 
 def _job_from_json(data: dict[str, Any]) -> JobRecord:
-    times = {k: _parse_time(data.get(k)) for k in ("submit_time", "start_time", "end_time")}
+    times = {
+        k: _parse_time(data.get(k))
+        for k in ("submit_time", "start_time", "end_time", "eligible_time")
+    }
     return JobRecord(
         job_id=str(data["job_id"]),
         # Optional fields may be missing (an older writer); a missing required one is a KeyError.
