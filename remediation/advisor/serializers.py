@@ -45,6 +45,9 @@ class NodeSerializer(serializers.Serializer):  # type: ignore[type-arg]
     reason = serializers.CharField(allow_blank=True, default="")  # cut to its column
     gpus = serializers.IntegerField(min_value=0, max_value=INT_MAX, default=0)
     partitions = serializers.ListField(child=serializers.CharField(max_length=64), default=list)
+    lost_at = serializers.DateTimeField(
+        allow_null=True, default=None, help_text="a lost node: when it was last known alive"
+    )
 
 
 class SnapshotSerializer(serializers.Serializer):  # type: ignore[type-arg]

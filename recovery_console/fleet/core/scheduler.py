@@ -98,6 +98,9 @@ class NodeRecord:
     reason: str = ""
     gpus: int = 0
     partitions: tuple[str, ...] = ()
+    # A node the scheduler lost (down, not responding): when it was last known alive, which is
+    # where a failure of the jobs on it starts (Slurm waits SlurmdTimeout before saying so).
+    lost_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,7 @@ def _node_from_json(data: dict[str, Any]) -> NodeRecord:
         reason=str(data.get("reason", "")),
         gpus=int(data.get("gpus", 0)),
         partitions=tuple(str(p) for p in data.get("partitions", ())),
+        lost_at=_parse_time(data.get("lost_at")),
     )
 
 
