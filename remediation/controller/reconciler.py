@@ -203,6 +203,9 @@ class Controller:
                 return self._abandon(advice, "Slurm no longer knows the job (past MinJobAge?)")
             if advice.desired_state == "cancelled":
                 self._cancel(advice, job)
+            elif job.state == JobState.CANCELLED:
+                # A stop (ours, or its user's scancel) is final: a requeue would undo it.
+                return self._abandon(advice, "the job was cancelled: it is not restarted")
             elif advice.desired_state in {"running", "running_excluding"}:
                 self._restart(advice, job)
             self._drain(advice)
