@@ -217,6 +217,7 @@ def running_in_console(site: Site, job_id: str, index: int) -> Attempt:
             "advice": list(advice.values_list("action", "state", "disposition_reason")),
             "slurm": {k: job_of(site.lab, job_id).get(k) for k in SHOWN},
             "nodes": {n: (v["state"], v["state_flags"]) for n, v in site.lab.sinfo().items()},
+            "jobs": [[j.get(k) for k in ("job_id", *SHOWN)] for j in site.lab.squeue()],
         }
 
     loop_until(seen, site.turn, state=state)
