@@ -242,6 +242,10 @@ def test_a_dead_node_is_excluded_whoever_requeues_first(
     try:
         requeued = lambda: job_of(slurm_lab, job_id)["restart_cnt"] == 1  # noqa: E731
         loop_until(requeued, lambda: None, timeout=60)
+        # srun and slurmstepd say so in the output as Slurm requeues the job. (Lines read only
+        # after the next attempt started, in one read with its own, would carry its time.)
+        written = lambda: "NODE FAILURE" in slurm_lab.output_path(job_id).read_text()  # noqa: E731
+        loop_until(written, lambda: None, timeout=10)
         # The order the race can take, made deterministic: then the loop runs as usual.
         if recorded_first == "requeue":
             site.controller.cycle()
@@ -326,8 +330,9 @@ def test_a_release_resumes_our_drain_in_slurm_and_never_a_persons(
 ) -> None:
     action_mode(site)
     job_id = submit(slurm_lab)
-    if person == "drained it first":
-        running_in_console(site, job_id, 0)
+    if person == "drained it first":  # as a site's own health check would, on the failure
+        failed = lambda: job_of(slurm_lab, job_id)["job_state"] == "FAILED"  # noqa: E731
+        loop_until(failed, lambda: None, timeout=60)
         slurm_lab.run("scontrol", "update", "nodename=node2", "state=drain", f"reason={PERSON}")
     running_in_console(site, job_id, 1)
     advice = Advice.objects.get(attempt__job_id=job_id, attempt__attempt_index=0)
