@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from detection.scan import scan_cluster
 from recovery_console.fleet import services as console
+from recovery_console.fleet.core.scheduler import ClusterSnapshot
 from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, ClusterMode
 from remediation import services
 from remediation.controller.advisor_http import HttpAdvisor
@@ -73,6 +74,23 @@ class Site:
         self.advise()
 
 
+class ThisTestsJobs:
+    """The lab's Slurm as one test's console sees it: Slurm lists ended jobs for MinJobAge, and
+    an earlier test's failed job must not be advised on (and restarted) in this one."""
+
+    def __init__(self, client: SlurmClient, lab: SlurmLab) -> None:
+        self.client = client
+        self.after = max((int(j["job_id"]) for j in lab.squeue()), default=0)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.client, name)
+
+    def snapshot(self) -> ClusterSnapshot:
+        taken = self.client.snapshot()
+        jobs = tuple(j for j in taken.jobs if int(j.job_id.split("_")[0]) > self.after)
+        return replace(taken, jobs=jobs)
+
+
 @pytest.fixture
 def site(slurm_lab: SlurmLab, slurm_client: SlurmClient, live_server, request):
     slurm_lab.reset()
@@ -89,7 +107,8 @@ def site(slurm_lab: SlurmLab, slurm_client: SlurmClient, live_server, request):
     )
     secret = services.issue_controller_token("user:alice", cluster, "lab-controller").secret
     advisor = HttpAdvisor(live_server.url, "lab", secret)
-    yield Site(cluster, Controller(advisor, slurm_client, lambda: datetime.now(UTC)), slurm_lab)
+    slurm = ThisTestsJobs(slurm_client, slurm_lab)
+    yield Site(cluster, Controller(advisor, slurm, lambda: datetime.now(UTC)), slurm_lab)
     slurm_lab.reset()
 
 
