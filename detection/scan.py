@@ -219,21 +219,21 @@ def _process_lines(
 def _route_lines(
     cluster: Cluster, lines: Sequence[LogLine], now: datetime
 ) -> tuple[list[tuple[Attempt, list[LogLine]]], dict[str, list[LogLine]]]:
-    """Each job line goes to the latest attempt of its job; a node's system-log line to the
-    attempts that ran on that node when it was written. Lines of jobs not reported yet wait in
-    PendingLines."""
+    """Each job line goes to the attempt of its job that produced it: the last one to start
+    at or before the line's time (lines written after an attempt's end, before the next one
+    starts, are its late lines). A node's system-log line goes to the attempts that ran on that
+    node when it was written. Lines of jobs not reported yet wait in PendingLines."""
     job_ids = {line.job_id for line in lines if line.job_id}
-    latest = _latest_attempts(cluster, job_ids)
+    attempts_of = _attempts_of_jobs(cluster, job_ids)
     on_host = _attempts_by_host(cluster, now) if any(line.host for line in lines) else {}
     routed: dict[int, list[LogLine]] = defaultdict(list)
     attempts: dict[int, Attempt] = {}
     orphans: dict[str, list[LogLine]] = defaultdict(list)
     for line in lines:
-        targets = (
-            [latest[line.job_id]]
-            if line.job_id in latest
-            else _ran_on_host_at(on_host.get(line.host or "", []), line.at)
-        )
+        if line.job_id in attempts_of:
+            targets = [attempt_at(attempts_of[line.job_id], line.at)]
+        else:
+            targets = _ran_on_host_at(on_host.get(line.host or "", []), line.at)
         if not targets and line.job_id:
             orphans[line.job_id].append(line)
         for attempt in targets:
@@ -242,13 +242,26 @@ def _route_lines(
     return [(attempts[pk], routed[pk]) for pk in routed], orphans
 
 
-def _latest_attempts(cluster: Cluster, job_ids: Iterable[str]) -> dict[str, Attempt]:
-    latest: dict[str, Attempt] = {}
+def attempt_at(attempts: Sequence[Attempt], at: datetime) -> Attempt:
+    """Of one job's attempts (by attempt index), the one running at ``at``: the last to start
+    at or before it. Not "the latest": when Slurm requeues a job itself, its new attempt may be
+    recorded (pending) before the old one's last lines are read. Evidence older than every
+    start (clocks apart) belongs to the first attempt."""
+    chosen = attempts[0]
+    for attempt in attempts:
+        # Slurm reports start times in whole seconds, cut down: a line of that second counts.
+        if attempt.started_at is not None and attempt.started_at <= at:
+            chosen = attempt
+    return chosen
+
+
+def _attempts_of_jobs(cluster: Cluster, job_ids: Iterable[str]) -> dict[str, list[Attempt]]:
+    found: dict[str, list[Attempt]] = defaultdict(list)
     for attempt in Attempt.objects.filter(cluster=cluster, job_id__in=list(job_ids)).order_by(
         "job_id", "attempt_index"
     ):
-        latest[attempt.job_id] = attempt
-    return latest
+        found[attempt.job_id].append(attempt)
+    return dict(found)
 
 
 def _ran_on_host_at(attempts: Sequence[Attempt], at: datetime) -> list[Attempt]:
@@ -285,7 +298,7 @@ def _adopt_pending_lines(
     pending = PendingLines.objects.filter(cluster=cluster)
     if not pending.exists():
         return
-    known = _latest_attempts(cluster, pending.values_list("job_id", flat=True))
+    known = _attempts_of_jobs(cluster, pending.values_list("job_id", flat=True))
     for job_id in pending.values_list("job_id", flat=True):
         with transaction.atomic():
             lines = PendingLines.take(cluster, job_id)
@@ -449,7 +462,8 @@ def _record_metric_fault(
     cluster: Cluster, fault: Interruption, now: datetime, summary: ScanSummary
 ) -> None:
     if fault.job_id:
-        attempts = list(_latest_attempts(cluster, [fault.job_id]).values())
+        of_job = _attempts_of_jobs(cluster, [fault.job_id]).get(fault.job_id)
+        attempts = [attempt_at(of_job, fault.first_evidence_at or now)] if of_job else []
     else:
         attempts = _attempts_by_host(cluster, now).get(fault.hosts[0], [])
     for attempt in attempts:

@@ -11,8 +11,8 @@ from django.utils import timezone
 from recovery_console.fleet import services as console
 from recovery_console.fleet.core.scheduler import ClusterSnapshot
 from remediation import reporters, services
-from remediation.advisor.serializers import AdviceSerializer
-from remediation.controller.reconciler import AdviceItem, AdviceWithdrawn
+from remediation.advisor.serializers import AdviceSerializer, NodeResumeSerializer
+from remediation.controller.reconciler import AdviceItem, AdviceWithdrawn, NodeResume
 
 from .models import ControllerToken
 
@@ -49,6 +49,14 @@ class LocalAdvisor:
 
     def heartbeat(self, info: dict[str, Any]) -> dict[str, Any]:
         return reporters.heartbeat(self.token, info, timezone.now())
+
+    def node_resumes(self) -> list[NodeResume]:
+        published = NodeResumeSerializer(services.pending_resumes(self.token.cluster), many=True)
+        return [NodeResume.from_json(dict(item)) for item in published.data]
+
+    def report_resume(self, item: NodeResume, outcome: str, detail: str) -> None:
+        at = datetime.fromisoformat(item.requested_at)
+        services.record_resume(self.token, item.node, at, outcome, detail)
 
 
 def controller_token_for(cluster: Any, name: str = "local") -> ControllerToken:

@@ -123,6 +123,12 @@ class NodeHealth(models.Model):
     released_at = models.DateTimeField(null=True, blank=True)
     released_by = models.CharField(max_length=150, blank=True)
     release_reason = models.TextField(blank=True)
+    # The reason our drain gave Slurm, exactly ("" when we did not drain it there: a person's
+    # drain was in place). A release resumes the node in Slurm only while that is its reason.
+    slurm_reason = models.CharField(max_length=255, blank=True)
+    # Set by a release, cleared when the controller reports what it did (resume_outcome).
+    resume_requested_at = models.DateTimeField(null=True, blank=True)
+    resume_outcome = models.CharField(max_length=32, blank=True)
 
     class Meta:
         constraints: ClassVar = [
@@ -175,11 +181,14 @@ class ControllerToken(models.Model):
 
 
 class Milestone(models.Model):
-    """A step a controller carried out for an advice (requeue_hold, update_exclusions, release,
-    cancel, drain_node), keyed by the controller's idempotency key so a replay records nothing."""
+    """A step a controller carried out for an advice (requeue_hold, hold, update_exclusions,
+    release, cancel, drain_node), keyed by the controller's idempotency key so a replay records
+    nothing."""
 
     class Step(models.TextChoices):
         REQUEUE_HOLD = "requeue_hold"
+        # A job Slurm requeued itself, held so its exclusions land before it can start.
+        HOLD = "hold"
         UPDATE_EXCLUSIONS = "update_exclusions"
         RELEASE = "release"
         CANCEL = "cancel"

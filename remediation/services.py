@@ -509,7 +509,8 @@ def active_advice(cluster: Cluster) -> QuerySet[Advice]:
     """What a controller should look at, oldest first: proposed (monitor mode, never to be
     acted on), dispatched and claimed advice; and withdrawn advice whose requeue-hold was never
     released, so the watchdog still releases that job (it fails open)."""
-    hold = Milestone.objects.filter(advice=OuterRef("pk"), action=Milestone.Step.REQUEUE_HOLD)
+    holds = (Milestone.Step.REQUEUE_HOLD, Milestone.Step.HOLD)
+    hold = Milestone.objects.filter(advice=OuterRef("pk"), action__in=holds)
     release = Milestone.objects.filter(advice=OuterRef("pk"), action=Milestone.Step.RELEASE)
     left_held = Q(state=AdviceState.WITHDRAWN) & Exists(hold) & ~Exists(release)
     return (
@@ -645,7 +646,7 @@ def record_milestone(
             payload = {"at": at.isoformat(), **detail} | ({"withdrawn": True} if refusal else {})
             _audit(advice, f"controller.{step}", payload, controller.actor)
             if step == Milestone.Step.DRAIN_NODE:
-                _mark_drained(advice, detail.get("node", ""), at)
+                _mark_drained(advice, detail, at)
             elif step == Milestone.Step.UPDATE_EXCLUSIONS:
                 _mark_excluded(advice, detail.get("nodes") or advice.exclude_nodes, at)
     if refusal:
@@ -653,12 +654,15 @@ def record_milestone(
     return milestone, created
 
 
-def _mark_drained(advice: Advice, node: str, at: datetime) -> None:
+def _mark_drained(advice: Advice, detail: dict[str, Any], at: datetime) -> None:
     health, _ = NodeHealth.objects.select_for_update().get_or_create(
-        cluster=advice.cluster, name=node
+        cluster=advice.cluster, name=str(detail.get("node", ""))
     )
     health.state, health.drained_at = NodeHealthState.DRAINED, at
     health.drain_reason = f"advice {advice.pk}: " + "; ".join(advice.reasons)[:500]
+    # Empty when a person's drain was there already: then it is theirs to undo, not ours.
+    health.slurm_reason = str(detail.get("reason", ""))[:255]
+    health.resume_requested_at, health.resume_outcome = None, ""
     health.save()
 
 
@@ -676,23 +680,68 @@ def _mark_excluded(advice: Advice, nodes: list[str], at: datetime) -> None:
 
 @transaction.atomic
 def release_node(actor: str, cluster: Cluster, name: str, reason: str) -> NodeHealth:
-    """A person returns a drained or suspect node to service; the reason is required."""
+    """A person returns a drained or suspect node to service; the reason is required. A node
+    our drain took out of Slurm is resumed there by the controller (``pending_resumes``)."""
     if not reason.strip():
         raise ValueError("releasing a node needs a reason")
     health = NodeHealth.objects.select_for_update().get(cluster=cluster, name=name)
-    previous = health.state
-    health.state, health.released_at, health.released_by = (
-        NodeHealthState.HEALTHY,
-        timezone.now(),
-        actor,
-    )
+    previous, now = health.state, timezone.now()
+    health.state, health.released_at, health.released_by = NodeHealthState.HEALTHY, now, actor
     health.release_reason, health.strikes, health.would_isolate = reason, [], []
+    resume = previous == NodeHealthState.DRAINED and bool(health.slurm_reason)
+    if resume:
+        health.resume_requested_at, health.resume_outcome = now, ""
     health.save()
     audit.record(
         actor,
         "node.released",
         health,
         cluster=cluster,
-        payload={"from": previous, "reason": reason},
+        payload={"from": previous, "reason": reason, "resume_in_slurm": resume},
     )
     return health
+
+
+def pending_resumes(cluster: Cluster) -> QuerySet[NodeHealth]:
+    """Released nodes our drain took out of Slurm, for the controller to resume there."""
+    return NodeHealth.objects.filter(cluster=cluster, resume_requested_at__isnull=False).order_by(
+        "name"
+    )
+
+
+RESUME_OUTCOMES = {
+    "resumed": "node.resumed",
+    # Nothing to do or not ours to do: said so in the trail, and Slurm is left as it is.
+    "in_service": "node.resume_skipped",
+    "not_ours": "node.resume_skipped",
+    "unknown_node": "node.resume_skipped",
+}
+
+
+def record_resume(
+    controller: ControllerToken, name: str, requested_at: datetime, outcome: str, detail: str
+) -> bool:
+    """The controller's report on a release it was asked to carry into Slurm, audited. Only
+    the request it read is settled: a replay, or a report on an older request, changes
+    nothing (False)."""
+    with transaction.atomic():
+        health = (
+            NodeHealth.objects.select_for_update()
+            .filter(cluster=controller.cluster, name=name, resume_requested_at=requested_at)
+            .first()
+        )
+        if health is None:
+            return False
+        health.resume_requested_at, health.resume_outcome = None, outcome
+        if outcome == "resumed":
+            health.slurm_reason = ""
+        health.save()
+        payload = {"outcome": outcome, "detail": detail[:500], "requested_at": str(requested_at)}
+        audit.record(
+            controller.actor,
+            RESUME_OUTCOMES[outcome],
+            health,
+            cluster=controller.cluster,
+            payload=payload,
+        )
+    return True

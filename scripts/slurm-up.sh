@@ -10,6 +10,7 @@ CPUS_PER_NODE=${CPUS_PER_NODE:-2}          # declared CPUs per node; may exceed 
 CTLD_PORT=${CTLD_PORT:-16817}              # slurmctld (Slurm default 6817 avoided)
 NODE_PORT_BASE=${NODE_PORT_BASE:-17000}    # node i listens on NODE_PORT_BASE+i
 SLURMD_TIMEOUT=${SLURMD_TIMEOUT:-10}       # dead slurmd -> node DOWN + job NODE_FAIL after ~2.7x this
+REQUEUE_EXIT=${REQUEUE_EXIT:-}             # exit codes Slurm itself requeues a job for (RequeueExit)
 CRED_EXPIRE=${CRED_EXPIRE:-10}             # >=5; a requeued job may restart only after this many seconds
 ACCOUNTING=${ACCOUNTING:-0}                # 1 = MariaDB + slurmdbd, enables sacct
 DBD_PORT=${DBD_PORT:-16819}
@@ -113,6 +114,7 @@ SlurmdParameters=config_overrides
 #    admin "state=down" stays down until "state=resume" (with 2 it would bounce back at once)
 ReturnToService=1
 JobRequeue=1
+${REQUEUE_EXIT:+RequeueExit=$REQUEUE_EXIT}
 SlurmdTimeout=$SLURMD_TIMEOUT
 SlurmctldTimeout=30
 InactiveLimit=0

@@ -26,6 +26,9 @@ class SimulatedSlurm:
             "requeuehold", lambda: self.simulator.scheduler.requeue_hold(validate_job_id(job_id))
         )
 
+    def hold(self, job_id: str) -> None:
+        self._do("hold", lambda: self.simulator.scheduler.hold(validate_job_id(job_id)))
+
     def update_exclusions(self, job_id: str, nodes: Iterable[str]) -> None:
         names = [validate_node_name(n) for n in nodes]
         self._do(
@@ -42,6 +45,9 @@ class SimulatedSlurm:
     def drain(self, node: str, reason: str) -> None:
         text = sanitise_reason(reason)
         self._do("drain", lambda: self.simulator.scheduler.drain(validate_node_name(node), text))
+
+    def resume(self, node: str) -> None:
+        self._do("resume", lambda: self.simulator.scheduler.resume(validate_node_name(node)))
 
     def snapshot(self) -> ClusterSnapshot:
         return self.simulator.snapshot()

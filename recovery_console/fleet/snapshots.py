@@ -13,12 +13,12 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from django.db import connection, transaction
 from django.db.backends.base.operations import BaseDatabaseOperations
-from django.db.models import F, Window
+from django.db.models import F, Q, Window
 from django.db.models.functions import RowNumber
 
 from recovery_console.fleet import audit, events
@@ -36,6 +36,8 @@ CHUNK = 400
 # A comment is the user's; the loop reads a couple of keys from it, never a deep document.
 COMMENT_MAX_CHARS = 10_000
 COMMENT_MAX_DEPTH = 8
+# A lost node's attempts are looked for this long after it was lost (see _note_lost_nodes).
+LOST_NODE_RECENT = timedelta(minutes=10)
 # Rejections listed in the audit entry (the count is always there).
 AUDITED_REJECTIONS = 100
 
@@ -153,6 +155,7 @@ def record_snapshot(
                     "rejected": [r.as_json() for r in rejections[:AUDITED_REJECTIONS]],
                 },
             )
+    _note_lost_nodes(cluster, nodes, snapshot.taken_at)
     new = changed = 0
     touched: set[int] = set()
     for chunk in _chunks(jobs, CHUNK):
@@ -164,6 +167,32 @@ def record_snapshot(
     if touched or changed_nodes:
         events.send_workloads_changed(cluster.pk, sorted(touched))
     return SnapshotResult(new, changed, changed_nodes, tuple(rejections))
+
+
+def _note_lost_nodes(cluster: Cluster, nodes: Sequence[NodeRecord], seen_at: datetime) -> None:
+    """A node the scheduler lost ended the attempts running on it when it died, not when
+    Slurm said so: their failure is noted from then (time to resume starts there). Only
+    recent losses: a node down for days is not looked up again at every snapshot."""
+    lost: dict[str, datetime] = {}
+    for node in nodes:
+        if node.lost_at is not None and seen_at - node.lost_at <= LOST_NODE_RECENT:
+            lost[node.name] = node.lost_at
+    if not lost:
+        return
+    overlapping = Attempt.objects.filter(
+        cluster=cluster, started_at__lte=max(lost.values())
+    ).filter(Q(ended_at__isnull=True) | Q(ended_at__gte=min(lost.values())))
+    for pk, names, started, ended in overlapping.values_list(
+        "pk", "nodes", "started_at", "ended_at"
+    ):
+        # Within the attempt's run: a node lost before it began or after it ended did not end it.
+        window = (started or seen_at, ended or seen_at)  # started_at__lte: never None here
+        died = [lost[n] for n in names if n in lost and window[0] <= lost[n] <= window[1]]
+        if died:
+            # As detection's ``note_failure``: the earliest wins, nothing else is rewritten.
+            Attempt.objects.filter(pk=pk).filter(
+                Q(failed_at__isnull=True) | Q(failed_at__gt=min(died))
+            ).update(failed_at=min(died))
 
 
 def _chunks(items: Sequence[JobRecord], size: int) -> Iterator[Sequence[JobRecord]]:

@@ -131,6 +131,13 @@ class SimulatedScheduler:
         job.restart_count += 1
         self._to_pending(job, "JobHeldAdmin")
 
+    def hold(self, job_id: str) -> None:
+        """``scontrol hold``: a pending job is held (priority 0) until released."""
+        job = self.job(job_id)
+        if job.state is not JobState.PENDING:
+            raise _not_pending()
+        job.held, job.reason = True, "JobHeldAdmin"
+
     def update_exclusions(self, job_id: str, nodes: Iterable[str]) -> None:
         """``scontrol update jobid=.. ExcNodeList=..``: replaces the list; pending jobs only."""
         excluded = self._check_nodes(nodes)
@@ -447,4 +454,5 @@ class SimulatedScheduler:
             submit_time=at(job.submit_t),
             start_time=None if pending or job.start_t is None else at(job.start_t),
             end_time=None if pending or job.end_t is None else at(job.end_t),
+            eligible_time=at(job.eligible_t) if pending else None,
         )

@@ -5,7 +5,8 @@ from typing import Any
 from rest_framework import serializers
 
 from recovery_console.fleet.core.scheduler import JobState, NodeState
-from remediation.models import Advice, Milestone
+from remediation.core.drains import drain_reason
+from remediation.models import Advice, Milestone, NodeHealth
 
 # The database's integer columns (restart count, exit code, signal, GPUs).
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -44,6 +45,9 @@ class NodeSerializer(serializers.Serializer):  # type: ignore[type-arg]
     reason = serializers.CharField(allow_blank=True, default="")  # cut to its column
     gpus = serializers.IntegerField(min_value=0, max_value=INT_MAX, default=0)
     partitions = serializers.ListField(child=serializers.CharField(max_length=64), default=list)
+    lost_at = serializers.DateTimeField(
+        allow_null=True, default=None, help_text="a lost node: when it was last known alive"
+    )
 
 
 class SnapshotSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -84,6 +88,9 @@ class AdviceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     job_id = serializers.CharField(source="attempt.job_id")
     attempt_index = serializers.IntegerField(source="attempt.attempt_index")
     partition = serializers.CharField(source="attempt.partition")
+    drain_reason = serializers.SerializerMethodField(
+        help_text="the reason to give Slurm when draining `drain_nodes` (empty when none)"
+    )
 
     class Meta:
         model = Advice
@@ -97,6 +104,7 @@ class AdviceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "desired_state",
             "exclude_nodes",
             "drain_nodes",
+            "drain_reason",
             "enforce",
             "state",
             "reasons",
@@ -105,6 +113,31 @@ class AdviceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "observed_generation",
             "disposition",
         )
+
+    def get_drain_reason(self, advice: Advice) -> str:
+        if not advice.drain_nodes:
+            return ""  # the anomaly is read only for the few advice that drain
+        return drain_reason(advice.pk, advice.category, advice.anomaly.summary)
+
+
+class NodeResumeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    """A node released in the console that our drain took out of Slurm: resume it there if
+    Slurm still shows our reason (a person's drain since is theirs)."""
+
+    node = serializers.CharField(source="name")
+    reason = serializers.CharField(source="slurm_reason", help_text="our drain's reason, exactly")
+    requested_at = serializers.DateTimeField(source="resume_requested_at")
+
+    class Meta:
+        model = NodeHealth
+        fields = ("node", "reason", "requested_at")
+
+
+class NodeResumeReportSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    node = serializers.CharField(max_length=128)
+    requested_at = serializers.DateTimeField(help_text="as read: a report on it settles it once")
+    outcome = serializers.ChoiceField(choices=["resumed", "in_service", "not_ours", "unknown_node"])
+    detail = serializers.CharField(max_length=2000, allow_blank=True, default="")
 
 
 class AdvicePageSerializer(serializers.Serializer):  # type: ignore[type-arg]

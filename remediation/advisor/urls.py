@@ -13,5 +13,6 @@ urlpatterns = [
         name="advisor-reconciliation",
     ),
     path("<slug:cluster>/milestones", views.MilestoneView.as_view(), name="advisor-milestones"),
+    path("<slug:cluster>/node-resumes", views.NodeResumeView.as_view(), name="advisor-resumes"),
     path("<slug:cluster>/heartbeat", views.HeartbeatView.as_view(), name="advisor-heartbeat"),
 ]

@@ -247,6 +247,29 @@ class MilestoneView(AdvisorView):
         )
 
 
+class NodeResumeView(AdvisorView):
+    @extend_schema(responses=s.NodeResumeSerializer(many=True))
+    def get(self, request: Request, cluster: str) -> Response:
+        """Nodes released in the console that our drain took out of Slurm."""
+        pending = services.pending_resumes(controller_of(request).cluster)
+        return Response(s.NodeResumeSerializer(pending, many=True).data)
+
+    @extend_schema(request=s.NodeResumeReportSerializer, responses={204: None})
+    def post(self, request: Request, cluster: str) -> Response:
+        """What the controller did about one (resumed it, or why not); replays change nothing."""
+        payload = s.NodeResumeReportSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        data = payload.validated_data
+        services.record_resume(
+            controller_of(request),
+            data["node"],
+            data["requested_at"],
+            data["outcome"],
+            data["detail"],
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 class HeartbeatView(AdvisorView):
     @extend_schema(request=s.HeartbeatSerializer, responses=s.HeartbeatAnswerSerializer)
     def post(self, request: Request, cluster: str) -> Response:

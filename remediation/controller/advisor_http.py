@@ -12,7 +12,7 @@ from urllib.parse import quote, urlsplit
 
 from recovery_console.fleet.core.scheduler import ClusterSnapshot, snapshot_to_json
 
-from .reconciler import AdviceItem, AdviceWithdrawn, AdvisorUnavailable
+from .reconciler import AdviceItem, AdviceWithdrawn, AdvisorUnavailable, NodeResume
 
 PAGE_SIZE = 250  # the Advisor API's largest page: fewest round trips
 MAX_PAGES = 1000  # a cursor that never ends must not keep the cycle forever
@@ -106,6 +106,13 @@ class HttpAdvisor:
         timeout (an older console answers nothing: an empty dict)."""
         answer = self._call("POST", "/heartbeat", {**info, **self.heartbeat_extra})
         return answer if isinstance(answer, dict) else {}
+
+    def node_resumes(self) -> list[NodeResume]:
+        return [NodeResume.from_json(item) for item in self._call("GET", "/node-resumes") or []]
+
+    def report_resume(self, item: NodeResume, outcome: str, detail: str) -> None:
+        body = {"node": item.node, "requested_at": item.requested_at, "outcome": outcome}
+        self._call("POST", "/node-resumes", body | {"detail": detail})
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         return self._request(method, self.base + path, body)

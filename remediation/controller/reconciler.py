@@ -12,16 +12,26 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobRecord
+from recovery_console.fleet.core.scheduler import (
+    ClusterSnapshot,
+    JobRecord,
+    JobState,
+    NodeRecord,
+    NodeState,
+)
+from remediation.core.drains import DRAIN_MARKER, drained_by_someone_else
 
-from .slurm import SlurmCommandError
+from .slurm import SlurmCommandError, sanitise_reason
 from .transport import TransportError
 
 log = logging.getLogger(__name__)
 VERSION = "1.0"
+# A job Slurm requeued itself waits for its begin time (cred_expire, 120 s by default): with
+# more than this left, its exclusions are added while it waits, without holding it.
+START_MARGIN = timedelta(seconds=2)
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class AdviceItem:
     drain_nodes: tuple[str, ...]
     enforce: bool
     state: str
+    drain_reason: str = ""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AdviceItem:
@@ -54,7 +65,21 @@ class AdviceItem:
             drain_nodes=tuple(data.get("drain_nodes", ())),
             enforce=bool(data["enforce"]),
             state=str(data["state"]),
+            drain_reason=str(data.get("drain_reason") or ""),
         )
+
+
+@dataclass(frozen=True)
+class NodeResume:
+    """A node released in the console that our drain took out of Slurm, with our reason."""
+
+    node: str
+    reason: str
+    requested_at: str
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NodeResume:
+        return cls(str(data["node"]), str(data["reason"]), str(data["requested_at"]))
 
 
 class AdvisorUnavailable(Exception):
@@ -75,14 +100,23 @@ class Advisor(Protocol):
     ) -> None: ...
     # The answer: the freshness of the console's other snapshots, the hold timeout.
     def heartbeat(self, info: dict[str, Any]) -> dict[str, Any] | None: ...
+    def node_resumes(self) -> list[NodeResume]: ...
+    def report_resume(self, item: NodeResume, outcome: str, detail: str) -> None: ...
+
+
+class NotYetConverged(Exception):
+    """Slurm is between states (a job still completing): the advice stays claimed and is taken
+    up again next cycle, from what Slurm shows then."""
 
 
 class Scheduler(Protocol):
     def requeue_hold(self, job_id: str) -> None: ...
+    def hold(self, job_id: str) -> None: ...
     def update_exclusions(self, job_id: str, nodes: Iterable[str]) -> None: ...
     def release(self, job_id: str) -> None: ...
     def cancel(self, job_id: str) -> None: ...
     def drain(self, node: str, reason: str) -> None: ...
+    def resume(self, node: str) -> None: ...
     def snapshot(self) -> ClusterSnapshot: ...
     def job(self, job_id: str) -> JobRecord | None: ...
 
@@ -93,6 +127,7 @@ class CycleReport:
     carried_out: list[int] = field(default_factory=list)
     abandoned: list[int] = field(default_factory=list)
     withdrawn: list[int] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     error: str = ""
 
@@ -127,6 +162,8 @@ class Controller:
                 if self.stopping:
                     break  # SIGTERM: the advice in hand was finished; leave the rest
                 self._consider(advice, report)
+            if not self.stopping:
+                self._resume_released_nodes(report)
         except (AdvisorUnavailable, TransportError) as exc:
             # The rest waits for the next cycle: each step is safe to repeat.
             report.error = str(exc)
@@ -148,6 +185,9 @@ class Controller:
                 report.skipped.append(f"advice {advice.id}: claimed by another controller")
                 return
             converged = self.carry_out(advice)
+        except NotYetConverged as exc:
+            report.skipped.append(f"advice {advice.id}: {exc}")
+            return
         except AdviceWithdrawn as exc:
             # Each report after a step is the permit for the next: refused, Slurm is left as is.
             log.warning("advice %s withdrawn, no further step: %s", advice.id, exc)
@@ -164,6 +204,9 @@ class Controller:
                 return self._abandon(advice, "Slurm no longer knows the job (past MinJobAge?)")
             if advice.desired_state == "cancelled":
                 self._cancel(advice, job)
+            elif job.state == JobState.CANCELLED:
+                # A stop (ours, or its user's scancel) is final: a requeue would undo it.
+                return self._abandon(advice, "the job was cancelled: it is not restarted")
             elif advice.desired_state in {"running", "running_excluding"}:
                 self._restart(advice, job)
             self._drain(advice)
@@ -174,32 +217,100 @@ class Controller:
         return True
 
     def _restart(self, advice: AdviceItem, job: JobRecord) -> None:
-        # A higher restart count means the requeue already happened (this run or a previous one).
-        if job.restart_count <= advice.attempt_index:
+        if _needs_requeue(advice, job):
             self.scheduler.requeue_hold(advice.job_id)
             self._milestone(advice, "requeue_hold")
             job = self._fresh(advice)
         # Only ever add: exclusions already on the job (the user's, an earlier advice's) are kept.
         wanted = set(advice.exclude_nodes) | set(job.excluded_nodes)
         if advice.desired_state == "running_excluding" and not wanted <= set(job.excluded_nodes):
-            self.scheduler.update_exclusions(advice.job_id, sorted(wanted))
-            self._milestone(advice, "update_exclusions", {"nodes": sorted(wanted)})
+            job = self._exclude(advice, job, sorted(wanted))
         # A job no longer held (released by us or the watchdog) is left to the scheduler.
         if job.held:
             self.scheduler.release(advice.job_id)
             self._milestone(advice, "release")
 
+    def _exclude(self, advice: AdviceItem, job: JobRecord, nodes: list[str]) -> JobRecord:
+        """Add the exclusions to the pending job; held first only when it could start before
+        they land. A job Slurm already started again is left as it is (exclusions apply only
+        while pending); it cannot be on a dead node, and a live bad node is drained next."""
+        if job.state != JobState.PENDING:
+            log.warning(
+                "advice %s: job %s %s again before its exclusions",
+                advice.id,
+                job.job_id,
+                job.state.value.lower(),
+            )
+            return job
+        if not job.held and self._may_start_soon(job):
+            self.scheduler.hold(advice.job_id)
+            self._milestone(advice, "hold")
+            job = self._fresh(advice)
+        self.scheduler.update_exclusions(advice.job_id, nodes)
+        self._milestone(advice, "update_exclusions", {"nodes": nodes})
+        return job
+
+    def _may_start_soon(self, job: JobRecord) -> bool:
+        eligible = job.eligible_time
+        return eligible is None or eligible - self.clock() <= START_MARGIN
+
     def _cancel(self, advice: AdviceItem, job: JobRecord) -> None:
+        # A stop is final: a job Slurm requeued itself (pending, or running again) is
+        # cancelled too. One still completing may yet be requeued: settled next cycle.
+        if job.state == JobState.COMPLETING:
+            raise NotYetConverged(f"job {job.job_id} is completing; cancelled once it settles")
         if not job.is_terminal or job.held:
             self.scheduler.cancel(advice.job_id)
         # Recorded even when the job had already ended: the desired state is reached either way.
         self._milestone(advice, "cancel")
 
     def _drain(self, advice: AdviceItem) -> None:
-        # Drains come last, once the job is dealt with; draining a drained node again is harmless.
-        for node in advice.drain_nodes:
-            self.scheduler.drain(node, f"recovery console advice {advice.id}: repeated faults")
-            self._milestone(advice, "drain_node", {"node": node}, key_suffix=node)
+        """Drains come last, once the job is dealt with. A node a person drained keeps their
+        reason (recorded as left alone); draining our own drain again is harmless."""
+        if not advice.drain_nodes:
+            return
+        reason = sanitise_reason(
+            advice.drain_reason or f"{DRAIN_MARKER} advice {advice.id}: repeated faults"
+        )
+        nodes = self._nodes()
+        for name in advice.drain_nodes:
+            node = nodes.get(name)
+            if node is not None and _taken_out(node) and drained_by_someone_else(node.reason):
+                detail = {"node": name, "left_alone": node.reason[:200]}
+            else:
+                self.scheduler.drain(name, reason)
+                detail = {"node": name, "reason": reason}
+            self._milestone(advice, "drain_node", detail, key_suffix=name)
+
+    def _resume_released_nodes(self, report: CycleReport) -> None:
+        """Nodes released in the console that our drain took out: resumed in Slurm while it
+        still shows our reason; a drain made since by a person is never undone."""
+        pending = self.advisor.node_resumes()
+        if not pending:
+            return
+        nodes = self._nodes()
+        for item in pending:
+            try:
+                outcome, detail = self._resume(item, nodes.get(item.node))
+            except SlurmCommandError as exc:
+                report.skipped.append(f"resume {item.node}: Slurm refused: {exc}")
+                continue  # asked again next cycle
+            self.advisor.report_resume(item, outcome, detail)
+            if outcome == "resumed":
+                report.resumed.append(item.node)
+
+    def _resume(self, item: NodeResume, node: NodeRecord | None) -> tuple[str, str]:
+        if node is None:
+            return "unknown_node", "Slurm does not know this node"
+        if not _taken_out(node):
+            return "in_service", f"already in service ({node.state.value.lower()})"
+        if node.reason != item.reason:
+            return "not_ours", f"Slurm's reason is not ours, left alone: {node.reason[:200]}"
+        self.scheduler.resume(item.node)
+        return "resumed", f"was {node.state.value.lower()}: {node.reason[:200]}"
+
+    def _nodes(self) -> dict[str, NodeRecord]:
+        return {node.name: node for node in self.scheduler.snapshot().nodes}
 
     def _fresh(self, advice: AdviceItem) -> JobRecord:
         job = self.scheduler.job(advice.job_id)
@@ -234,6 +345,17 @@ class Controller:
             )
         except AdvisorUnavailable as exc:
             log.warning("heartbeat not delivered: %s", exc)
+
+
+def _taken_out(node: NodeRecord) -> bool:
+    return node.state in (NodeState.DRAINED, NodeState.DRAINING, NodeState.DOWN)
+
+
+def _needs_requeue(advice: AdviceItem, job: JobRecord) -> bool:
+    """A requeue is due unless it happened (a higher restart count: ours earlier, or Slurm's
+    own after a node failure) or the job is pending anyway (its exclusions apply as it waits;
+    Slurm refuses to requeue a pending job)."""
+    return job.state != JobState.PENDING and job.restart_count <= advice.attempt_index
 
 
 def _summary(advice: AdviceItem) -> str:

@@ -27,6 +27,7 @@ MAX_REASON_LENGTH = 200
 SCONTROL_JSON_SINCE = (23, 2)  # "scontrol show ... --json" first shipped in 23.02
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 _UNKNOWN_JOB = "Invalid job id specified"
+_SLURMD_TIMEOUT = re.compile(r"^SlurmdTimeout\s*=\s*(\d+)", re.MULTILINE)
 
 
 class SlurmCommandError(RuntimeError):
@@ -72,12 +73,17 @@ class SlurmClient:
         self.transport = transport
         self.timeout = timeout
         self._version: tuple[int, int, int] | None = None
+        self._slurmd_timeout: int | None = None
 
     # -- actions -------------------------------------------------------------------------------
 
     def requeue_hold(self, job_id: str) -> None:
         """Requeue the job and hold it (PENDING, priority 0, restart count + 1)."""
         self._check(["scontrol", "requeuehold", validate_job_id(job_id)])
+
+    def hold(self, job_id: str) -> None:
+        """Hold a pending job (priority 0): it stays pending until released."""
+        self._check(["scontrol", "hold", validate_job_id(job_id)])
 
     def update_exclusions(self, job_id: str, nodes: Iterable[str]) -> None:
         """Set the pending job's excluded nodes (replacing earlier ones; none clears them)."""
@@ -108,8 +114,17 @@ class SlurmClient:
         """All jobs Slurm still holds (finished ones until MinJobAge) and all nodes."""
         taken_at = datetime.now(UTC)
         jobs = jobs_from_document(self._json(["squeue", "--all", "--json"]))
-        nodes = nodes_from_document(self._json(["sinfo", "--all", "--json"]))
+        doc = self._json(["sinfo", "--all", "--json"])
+        nodes = nodes_from_document(doc, self.slurmd_timeout_s)
         return ClusterSnapshot(taken_at=taken_at, jobs=jobs, nodes=nodes)
+
+    @property
+    def slurmd_timeout_s(self) -> int:
+        """``SlurmdTimeout`` from ``scontrol show config`` (read once; 0 if not shown)."""
+        if self._slurmd_timeout is None:
+            match = _SLURMD_TIMEOUT.search(self._check(["scontrol", "show", "config"]).stdout)
+            self._slurmd_timeout = int(match[1]) if match else 0
+        return self._slurmd_timeout
 
     def job(self, job_id: str) -> JobRecord | None:
         """A fresh read of one job (``1234`` or array task ``1234_7``); None if Slurm has

@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from recovery_console.fleet.core.scheduler import (
@@ -60,6 +60,7 @@ _STATE_FLAG_PRIORITY = ("COMPLETING", "REQUEUE_HOLD", "SPECIAL_EXIT", "REQUEUED"
 _HELD_STATES = frozenset({"REQUEUE_HOLD", "SPECIAL_EXIT", "RESV_DEL_HOLD"})
 _HELD_REASONS = frozenset({"JobHeldAdmin", "JobHeldUser"})
 _BUSY_NODE_STATES = frozenset({"ALLOCATED", "MIXED"})
+LOST_NODE_REASON = "Not responding"  # Slurm's own reason for a node it lost
 _GRES_PAREN = re.compile(r"\([^)]*\)")
 _ARRAY_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?", re.ASCII)
 
@@ -83,9 +84,11 @@ def jobs_from_document(doc: Mapping[str, Any]) -> tuple[JobRecord, ...]:
     return tuple(record for raw in _list(doc, "jobs") for record in job_records(raw))
 
 
-def nodes_from_document(doc: Mapping[str, Any]) -> tuple[NodeRecord, ...]:
-    """Every node of a ``sinfo --json`` document."""
-    return tuple(node_record(raw) for raw in _list(doc, "nodes"))
+def nodes_from_document(
+    doc: Mapping[str, Any], slurmd_timeout_s: int | None = None
+) -> tuple[NodeRecord, ...]:
+    """Every node of a ``sinfo --json`` document (``slurmd_timeout_s``: see ``node_record``)."""
+    return tuple(node_record(raw, slurmd_timeout_s) for raw in _list(doc, "nodes"))
 
 
 def job_records(raw: Mapping[str, Any]) -> Iterator[JobRecord]:
@@ -113,15 +116,24 @@ def expand_array_tasks(text: str) -> list[int]:
     return tasks
 
 
-def node_record(raw: Mapping[str, Any]) -> NodeRecord:
-    """One ``sinfo --json`` node entry."""
+def node_record(raw: Mapping[str, Any], slurmd_timeout_s: int | None = None) -> NodeRecord:
+    """One ``sinfo --json`` node entry. A node Slurm set down for not responding was last
+    heard from at least ``SlurmdTimeout`` before it said so: that is its ``lost_at``."""
     base, flags = _state_and_flags(raw.get("state"), raw.get("state_flags"))
+    reason = str(raw.get("reason") or "")
+    state = node_state(base, flags)
+    lost_at = _time(raw.get("reason_changed_at"))
+    if state != NodeState.DOWN or reason != LOST_NODE_REASON or lost_at is None:
+        lost_at = None
+    else:
+        lost_at -= timedelta(seconds=slurmd_timeout_s or 0)
     return NodeRecord(
         name=str(raw["name"]),
-        state=node_state(base, flags),
-        reason=str(raw.get("reason") or ""),
+        state=state,
+        reason=reason,
         gpus=gpus_from_gres(str(raw.get("gres") or "")),
         partitions=tuple(str(p) for p in raw.get("partitions") or ()),
+        lost_at=lost_at,
     )
 
 
@@ -191,6 +203,7 @@ def _job_record(raw: Mapping[str, Any]) -> JobRecord:
         # Slurm puts estimates here for pending jobs and a limit-based end for running ones
         start_time=_time(raw.get("start_time")) if started else None,
         end_time=_time(raw.get("end_time")) if finished else None,
+        eligible_time=_time(raw.get("eligible_time")) if not started else None,
     )
 
 

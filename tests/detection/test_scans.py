@@ -96,6 +96,37 @@ def test_lines_read_before_the_scheduler_reports_their_job_are_kept_for_it(site)
     assert Anomaly.objects.get().attempt.job_id == "9002"
 
 
+@pytest.mark.parametrize("requeue_seen_first", [True, False], ids=["requeue-first", "lines-first"])
+def test_a_job_line_belongs_to_the_attempt_running_when_it_was_written(
+    site, requeue_seen_first: bool
+) -> None:
+    """Slurm requeues a job after a node failure: the failure's lines are its first attempt's
+    whether the new (pending) attempt is recorded before they are read or after."""
+    cluster, output, job = site
+    pending = JobRecordFactory(
+        job_id="9001", nodes=(), state=JobState.PENDING, restart_count=1, start_time=None
+    )
+
+    def requeue_seen() -> None:
+        snapshot = ClusterSnapshot(T0 + timedelta(seconds=31), (pending,), ())
+        services.record_snapshot("controller:site", cluster, snapshot)
+
+    if requeue_seen_first:
+        requeue_seen()
+    append(output, "2026-11-29T12:00:30Z srun: error: Node failure on gpu-node-002\n")
+    scan.scan_cluster(cluster, T0 + timedelta(seconds=32))
+    if not requeue_seen_first:
+        requeue_seen()
+    assert Anomaly.objects.get().attempt.attempt_index == 0
+    rerun = JobRecordFactory(job_id="9001", restart_count=1, start_time=T0 + timedelta(minutes=1))
+    services.record_snapshot(
+        "controller:site", cluster, ClusterSnapshot(rerun.start_time, (rerun,), ())
+    )
+    append(output, "2026-11-29T12:01:10Z " + CUDA_ECC)
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=2))
+    assert sorted(Anomaly.objects.values_list("attempt__attempt_index", flat=True)) == [0, 1]
+
+
 def test_a_failed_job_with_a_silent_log_is_still_an_interruption(site) -> None:
     cluster, _, job = site
     failed = job.__class__(

@@ -285,3 +285,18 @@ def test_a_large_snapshot_takes_a_few_queries_per_chunk_not_per_job(cluster) -> 
     assert max(first, changed, restarted) / len(jobs) < 0.15, (first, changed, restarted)
     resumed = Attempt.objects.filter(attempt_index=1).values_list("time_to_resume_s", flat=True)
     assert set(resumed) == {11.0}
+
+
+def test_a_lost_node_starts_the_failure_of_the_attempt_running_on_it(cluster) -> None:
+    """Slurm says a node is down only SlurmdTimeout after it went silent, and requeues its job
+    then: time to resume counts from the node's loss, not from the requeue."""
+    job = JobRecordFactory(job_id="900", nodes=("n1", "n2"), start_time=T0)
+    report(cluster, job)
+    lost = NodeRecord("n2", NodeState.DOWN, "Not responding", lost_at=T0 + timedelta(seconds=5))
+    requeued = replace(job, state=JobState.PENDING, nodes=(), restart_count=1, start_time=None)
+    report(cluster, requeued, nodes=(lost,), at=T0 + timedelta(seconds=30))
+    rerun = replace(job, nodes=("n3", "n4"), restart_count=1, start_time=T0 + timedelta(seconds=40))
+    report(cluster, rerun, at=T0 + timedelta(seconds=41))
+    first, second = Attempt.objects.filter(job_id="900").order_by("attempt_index")
+    assert first.failed_at == T0 + timedelta(seconds=5)
+    assert second.time_to_resume_s == 35.0

@@ -211,7 +211,11 @@ def test_releasing_a_node_needs_a_reason_and_is_audited(cluster) -> None:
     health = services.release_node("user:bob", cluster, "n2", "GPU replaced, dcgmi diag passed")
     assert (health.state, health.strikes, health.released_by) == ("healthy", [], "user:bob")
     entry = AuditEntry.objects.get(verb="node.released")
-    assert entry.payload == {"from": "suspect", "reason": "GPU replaced, dcgmi diag passed"}
+    assert entry.payload == {
+        "from": "suspect",
+        "reason": "GPU replaced, dcgmi diag passed",
+        "resume_in_slurm": False,  # never drained: nothing to resume in Slurm
+    }
 
 
 def test_time_to_resume_is_recorded_when_the_next_attempt_runs(cluster) -> None:

@@ -82,6 +82,8 @@ class JobRecord:
     submit_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
+    # A pending job's earliest start (after a requeue: the requeue plus Slurm's delay).
+    eligible_time: datetime | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -106,6 +108,9 @@ class NodeRecord:
     reason: str = ""
     gpus: int = 0
     partitions: tuple[str, ...] = ()
+    # A node the scheduler lost (down, not responding): when it was last known alive, which is
+    # where a failure of the jobs on it starts (Slurm waits SlurmdTimeout before saying so).
+    lost_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -151,7 +156,10 @@ def _record_to_json(record: JobRecord | NodeRecord) -> dict[str, object]:
 
 
 def _job_from_json(data: dict[str, Any]) -> JobRecord:
-    times = {k: _parse_time(data.get(k)) for k in ("submit_time", "start_time", "end_time")}
+    times = {
+        k: _parse_time(data.get(k))
+        for k in ("submit_time", "start_time", "end_time", "eligible_time")
+    }
     return JobRecord(
         job_id=str(data["job_id"]),
         # Optional fields may be missing (an older writer); a missing required one is a KeyError.
@@ -177,6 +185,7 @@ def _node_from_json(data: dict[str, Any]) -> NodeRecord:
         reason=str(data.get("reason", "")),
         gpus=int(data.get("gpus", 0)),
         partitions=tuple(str(p) for p in data.get("partitions", ())),
+        lost_at=_parse_time(data.get("lost_at")),
     )
 
 

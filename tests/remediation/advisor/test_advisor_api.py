@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 from rest_framework.test import APIClient
 
-from recovery_console.fleet.models import Attempt, ClusterMode, Node
+from recovery_console.fleet.models import Attempt, AuditEntry, ClusterMode, Node
 from remediation import services
 from remediation.models import Advice, Milestone
 from tests.remediation.conftest import T0, anomaly_on, running_attempt
@@ -122,6 +122,7 @@ def test_active_advice_carries_generation_desired_state_and_exclusions(
         "desired_state": "running_excluding",
         "exclude_nodes": ["n2"],
         "drain_nodes": [],
+        "drain_reason": "",
         "enforce": True,
         "state": "dispatched",
         "decided_at": None,
@@ -203,6 +204,47 @@ def test_a_drain_milestone_marks_the_node_drained(dispatched, controller) -> Non
     from remediation.models import NodeHealth
 
     assert NodeHealth.objects.get(name="n2").state == "drained"
+
+
+def test_a_release_of_our_drain_is_carried_into_slurm_once_and_audited(
+    cluster, dispatched, controller
+) -> None:
+    ours = "recovery-console advice 1: gpu_hardware: Xid 79 on n2"
+    body = {
+        "advice": dispatched.pk,
+        "idempotency_key": "drain-n2",
+        "action": "drain_node",
+        "at": "2026-11-29T12:00:05Z",
+        "detail": {"node": "n2", "reason": ours},
+    }
+    controller.post("/api/v1/advisor/research/milestones", body, format="json")
+    url = "/api/v1/advisor/research/node-resumes"
+    assert controller.get(url).json() == []  # drained, not released: nothing to resume
+    services.release_node("user:bob", cluster, "n2", "GPU reseated, dcgmi diag passed")
+    (asked,) = controller.get(url).json()
+    assert (asked["node"], asked["reason"]) == ("n2", ours)
+    report = {"node": "n2", "requested_at": asked["requested_at"], "outcome": "resumed"}
+    assert controller.post(url, report, format="json").status_code == 204
+    assert controller.post(url, report, format="json").status_code == 204  # a replay
+    assert controller.get(url).json() == []
+    (entry,) = AuditEntry.objects.filter(verb="node.resumed")
+    assert entry.payload["outcome"] == "resumed" and entry.actor == "controller:research/ctl"
+
+
+def test_a_release_of_a_persons_drain_asks_nothing_of_slurm(
+    cluster, dispatched, controller
+) -> None:
+    body = {
+        "advice": dispatched.pk,
+        "idempotency_key": "drain-n2",
+        "action": "drain_node",
+        "at": "2026-11-29T12:00:05Z",
+        "detail": {"node": "n2", "left_alone": "swapping the HCA"},
+    }
+    controller.post("/api/v1/advisor/research/milestones", body, format="json")
+    health = services.release_node("user:bob", cluster, "n2", "HCA swapped")
+    assert health.resume_requested_at is None
+    assert controller.get("/api/v1/advisor/research/node-resumes").json() == []
 
 
 def test_the_heartbeat_is_kept_for_the_console_and_the_watchdog(cluster, controller) -> None:

@@ -29,6 +29,9 @@ SLURM_UP = ROOT / "scripts" / "slurm-up.sh"
 SLURM_DOWN = ROOT / "scripts" / "slurm-down.sh"
 NNODES = 4
 CRED_EXPIRE = 5  # the minimum: a requeued job may start again ~6 s later
+# A job exiting with this code is requeued by Slurm itself (RequeueExit), as sites configure
+# for the code their training wrappers use to ask for a retry.
+REQUEUE_EXIT = 75
 SSHD = "/usr/sbin/sshd"  # sshd re-executes itself and insists on an absolute path
 
 # binary -> the Debian package that ships it (the fixtures fail naming it, never skip)
@@ -124,6 +127,7 @@ class SlurmLab:
             "CTLD_PORT": str(self.ctld_port),
             "NODE_PORT_BASE": str(self.node_port_base),
             "CRED_EXPIRE": str(CRED_EXPIRE),
+            "REQUEUE_EXIT": str(REQUEUE_EXIT),
             "READY_TIMEOUT": "30",
         }
 
@@ -189,6 +193,18 @@ class SlurmLab:
         busy = [j for j in self.squeue() if j["job_state"] in ("RUNNING", "PENDING", "COMPLETING")]
         nodes = self.sinfo().values()
         return not busy and all(n["state"] == "idle" and not n["state_flags"] for n in nodes)
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def kill_slurmd(self, node: str) -> None:
+        """The node dies as far as Slurm can tell: its slurmd is killed (SIGKILL, by its PID).
+        Slurm declares it down and fails or requeues its jobs ~25 s later."""
+        pid = int((self.root / "run" / f"slurmd-{node}.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+
+    def start_slurmd(self, node: str) -> None:
+        """Bring a killed node's slurmd back; it re-registers and cleans up its orphans."""
+        self.run("slurmd", "-N", node)
 
     # -- lifecycle -----------------------------------------------------------------------------
 

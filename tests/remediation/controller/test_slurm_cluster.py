@@ -72,6 +72,23 @@ def test_requeue_hold_exclude_and_release_restart_the_job_away_from_its_nodes(
     assert again.excluded_nodes == first.nodes
 
 
+def test_a_pending_job_is_held_while_its_exclusions_are_added_then_released(
+    slurm_client: SlurmClient, slurm_lab: SlurmLab
+) -> None:
+    job_id = slurm_lab.submit_job(nodes=1, options=["--begin=now+60"])
+    waiting = wait_for_job(slurm_client, job_id, JobState.PENDING, START_TIMEOUT)
+    assert not waiting.held and waiting.eligible_time is not None  # its begin time
+
+    slurm_client.hold(job_id)
+    slurm_client.update_exclusions(job_id, ["node1"])
+    held = slurm_client.job(job_id)
+    assert held is not None and held.held and held.excluded_nodes == ("node1",)
+
+    slurm_client.release(job_id)
+    released = slurm_client.job(job_id)
+    assert released is not None and not released.held and released.state == JobState.PENDING
+
+
 def test_cancel_ends_the_job_cancelled(slurm_client: SlurmClient, slurm_lab: SlurmLab) -> None:
     job_id = slurm_lab.submit_job(nodes=2)
     wait_for_job(slurm_client, job_id, JobState.RUNNING, START_TIMEOUT)

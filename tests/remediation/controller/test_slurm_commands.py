@@ -19,6 +19,10 @@ from remediation.controller import (
 from remediation.controller.slurm import MAX_REASON_LENGTH
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
+# as "scontrol show config" prints it (abridged)
+CONFIG = (
+    "SlurmctldTimeout        = 120 sec\nSlurmdTimeout           = 300 sec\nSwitchType = (null)\n"
+)
 SQUEUE = (FIXTURES / "squeue-running-failed-array-held.json").read_text()
 SINFO = (FIXTURES / "sinfo-draining-down.json").read_text()
 
@@ -58,6 +62,7 @@ def test_each_action_is_the_operators_command(
     client: SlurmClient, transport: RecordingTransport
 ) -> None:
     client.requeue_hold("1234")
+    client.hold("1234")
     client.update_exclusions("1234", ["gpu-07", "gpu-12", "gpu-07"])
     client.release("1234")
     client.cancel("1234_7")
@@ -66,6 +71,7 @@ def test_each_action_is_the_operators_command(
 
     assert transport.calls == [
         ["scontrol", "requeuehold", "1234"],
+        ["scontrol", "hold", "1234"],
         ["scontrol", "update", "jobid=1234", "ExcNodeList=gpu-07,gpu-12"],
         ["scontrol", "release", "1234"],
         ["scancel", "1234_7"],
@@ -156,9 +162,17 @@ def test_a_snapshot_reads_all_jobs_and_nodes(transport: RecordingTransport) -> N
     transport.answers["squeue"] = CommandResult(0, SQUEUE, "")
     transport.answers["sinfo"] = CommandResult(0, SINFO, "")
 
-    snapshot = SlurmClient(transport).snapshot()
+    transport.answers["scontrol show config"] = CommandResult(0, CONFIG, "")
+    client = SlurmClient(transport)
 
-    assert transport.calls == [["squeue", "--all", "--json"], ["sinfo", "--all", "--json"]]
+    snapshot = client.snapshot()
+    client.snapshot()
+
+    # SlurmdTimeout is read once: it dates a lost node (see test_slurm_json.py).
+    config = ["scontrol", "show", "config"]
+    reads = [["squeue", "--all", "--json"], ["sinfo", "--all", "--json"]]
+    assert transport.calls == [*reads, config, *reads]
+    assert client.slurmd_timeout_s == 300
     assert len(snapshot.jobs) == 9 and len(snapshot.nodes) == 4
     assert snapshot.taken_at.utcoffset() is not None
 

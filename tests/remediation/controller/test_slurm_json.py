@@ -280,3 +280,15 @@ def test_output_that_is_not_a_clean_document_raises(text: str) -> None:
 def test_a_document_without_jobs_raises() -> None:
     with pytest.raises(SlurmOutputError, match="'jobs'"):
         jobs_from_document({"meta": {}})
+
+
+def test_a_node_slurm_lost_was_last_heard_from_slurmd_timeout_before_it_said_so() -> None:
+    said_down = 1796151980
+    raw = {"name": "node2", "state": "down", "state_flags": ["NOT_RESPONDING"]}
+    lost = raw | {"reason": "Not responding", "reason_changed_at": said_down}
+    drained = raw | {"reason": "swapping the HCA", "reason_changed_at": said_down}
+    (node,) = nodes_from_document({"nodes": [lost]}, slurmd_timeout_s=10)
+    assert node.lost_at == datetime.fromtimestamp(said_down - 10, UTC)
+    # A person's "state=down" is no loss of the node under a job: no time is claimed for it.
+    (other,) = nodes_from_document({"nodes": [drained]}, slurmd_timeout_s=10)
+    assert other.lost_at is None
