@@ -5,9 +5,11 @@ the pure detectors'; this module only loads, feeds and stores them."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 from django.utils import timezone
@@ -81,7 +83,10 @@ def load(attempt: Attempt) -> AttemptMonitor:
     try:
         return attempt.monitor
     except AttemptMonitor.DoesNotExist:
-        monitor, _ = AttemptMonitor.objects.get_or_create(attempt=attempt)
+        monitor, _ = AttemptMonitor.objects.get_or_create(
+            attempt=attempt,
+            defaults={"throughput": _seeded_throughput([attempt]).get(attempt.pk, {})},
+        )
         return monitor
 
 
@@ -93,14 +98,39 @@ def load_many(attempts: Sequence[Attempt]) -> dict[int, AttemptMonitor]:
     missing = [attempt for attempt in attempts if attempt.pk not in found]
     if missing:
         # The scan lease keeps other writers out; ignoring conflicts only makes a race harmless.
+        seeded = _seeded_throughput(missing)
         AttemptMonitor.objects.bulk_create(
-            [AttemptMonitor(attempt=attempt) for attempt in missing], ignore_conflicts=True
+            [AttemptMonitor(attempt=a, throughput=seeded.get(a.pk, {})) for a in missing],
+            ignore_conflicts=True,
         )
         new = AttemptMonitor.objects.filter(attempt_id__in=[a.pk for a in missing])
         found.update({m.attempt_id: m for m in new})
     for attempt in attempts:
         found[attempt.pk].attempt = attempt
     return found
+
+
+def _seeded_throughput(attempts: Sequence[Attempt]) -> dict[int, dict[str, Any]]:
+    """For new attempts of workloads that ran before, the previous attempt's median
+    throughput as their prior (one query for all of them)."""
+    workloads = {a.workload_id for a in attempts}
+    new = {a.pk for a in attempts}
+    earlier = (
+        AttemptMonitor.objects.filter(attempt__workload_id__in=workloads)
+        .exclude(attempt_id__in=new)
+        .order_by("attempt__first_seen_at", "attempt_id")
+        .values_list("attempt__workload_id", "throughput")
+    )
+    prior: dict[int, float] = {}
+    for workload_id, data in earlier:
+        values = (data or {}).get("values") or ()
+        if values:  # the latest attempt that reported any throughput
+            prior[workload_id] = statistics.median(values)
+    return {
+        a.pk: {"values": [], "times": [], "prior": prior[a.workload_id]}
+        for a in attempts
+        if a.workload_id in prior
+    }
 
 
 # What ``observe`` changes; saved together in one statement per chunk of monitors.
@@ -399,7 +429,12 @@ def _history(monitor: AttemptMonitor) -> ThroughputHistory:
         (str(host), datetime.fromisoformat(since), str(why))
         for host, since, why in data.get("throttled", ())
     )
-    return ThroughputHistory(values=tuple(data.get("values", ())), times=times, throttled=throttled)
+    return ThroughputHistory(
+        values=tuple(data.get("values", ())),
+        times=times,
+        throttled=throttled,
+        prior=data.get("prior"),
+    )
 
 
 def _store_history(monitor: AttemptMonitor, history: ThroughputHistory) -> None:
@@ -411,6 +446,7 @@ def _store_history(monitor: AttemptMonitor, history: ThroughputHistory) -> None:
             if history.throttled
             else {}
         ),
+        **({"prior": history.prior} if history.prior is not None else {}),
     }
 
 

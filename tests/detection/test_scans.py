@@ -308,3 +308,24 @@ def test_a_slowdown_after_one_nodes_link_flapped_names_that_node(tmp_path: Path)
     )
     assert "gpu-node-002" in slow.summary
     assert {e["signature"] for e in slow.evidence} >= {"ib_link_down", "throughput_drop"}
+
+
+def test_a_requeued_attempt_slower_from_its_first_step_than_the_one_before_is_a_slowdown(
+    site,
+) -> None:
+    cluster, output, job = site
+    step = (
+        " iteration {n:8d}/  100000 | elapsed time per iteration (ms): {ms:.1f} | lm loss: 2.1 |\n"
+    )
+    append(output, "".join(step.format(n=n, ms=900.0) for n in range(1, 31)))
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    requeued_at = T0 + timedelta(minutes=2)
+    again = JobRecordFactory(
+        job_id="9001", nodes=job.nodes, start_time=requeued_at, restart_count=1
+    )
+    services.record_snapshot("controller:site", cluster, ClusterSnapshot(requeued_at, (again,), ()))
+    append(output, "".join(step.format(n=n, ms=1400.0) for n in range(31, 43)))
+    scan.scan_cluster(cluster, requeued_at + timedelta(minutes=1))
+    slow = Anomaly.objects.get()
+    assert (slow.attempt.attempt_index, slow.kind) == (1, "straggler")
+    assert "36%" in slow.summary  # 1/1.4 of the first attempt's throughput

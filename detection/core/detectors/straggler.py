@@ -49,6 +49,9 @@ class ThroughputHistory:
     times: tuple[datetime, ...] = ()
     # Since when each of the job's nodes has had a throttled GPU, and why.
     throttled: tuple[tuple[str, datetime, str], ...] = ()
+    # The median throughput of the workload's previous attempt: a restart that lands on a
+    # degraded node is slow from its first step, with no baseline of its own to drop from.
+    prior: float | None = None
 
     def note_throttled(self, at: datetime, now_throttled: dict[str, str]) -> ThroughputHistory:
         """Keep when each node's throttling began; a node no longer throttled is forgotten."""
@@ -68,11 +71,13 @@ def throughput_drop(
     history: ThroughputHistory, settings: StragglerSettings
 ) -> tuple[float, float] | None:
     """(baseline, recent) when every one of the last window's reports is below the baseline by
-    more than the drop fraction; None otherwise or while there is too little history."""
+    more than the drop fraction; None otherwise or while there is too little history. The
+    baseline is the attempt's own earlier reports, or the previous attempt's when that ran
+    faster; the first window of reports (warm-up) is never the recent one."""
     window = settings.window_samples
     if len(history.values) < window + max(3, window):
         return None
-    baseline = statistics.median(history.values[:-window])
+    baseline = max(statistics.median(history.values[:-window]), history.prior or 0.0)
     recent = history.values[-window:]
     if baseline <= 0 or max(recent) >= baseline * (1 - settings.drop_fraction):
         return None

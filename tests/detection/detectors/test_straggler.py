@@ -1,3 +1,4 @@
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from detection.core.detectors.straggler import (
@@ -121,3 +122,19 @@ def test_throttling_that_does_not_last_is_no_straggler() -> None:
         check_straggler("7", watched([True] * 3), [], NODES, SETTINGS, T0 + timedelta(seconds=60))
         is None
     )
+
+
+def test_a_restart_slow_from_its_first_step_drops_against_the_previous_attempt() -> None:
+    slow_from_the_start = [70.0] * 10
+    own_only = history(slow_from_the_start)
+    assert check_straggler("7", own_only, gpu_metrics(), NODES, SETTINGS) is None
+    after_a_faster_attempt = replace(own_only, prior=100.0)
+    finding = check_straggler("7", after_a_faster_attempt, gpu_metrics(), NODES, SETTINGS)
+    assert finding is not None and "30%" in finding.summary
+
+
+def test_the_first_reports_of_a_restart_are_warm_up_not_a_drop() -> None:
+    warming_up = replace(history([40.0, 60.0, 90.0, 100.0, 100.0]), prior=100.0)
+    assert check_straggler("7", warming_up, gpu_metrics(), NODES, SETTINGS) is None
+    up_to_speed = replace(history([40.0, 60.0, 90.0, *[100.0] * 7]), prior=100.0)
+    assert check_straggler("7", up_to_speed, gpu_metrics(), NODES, SETTINGS) is None
