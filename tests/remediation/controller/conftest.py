@@ -114,3 +114,21 @@ def ssh_slurm_client(slurm_lab: SlurmLab, ssh_transport: SshTransport) -> SlurmC
 def slurm_client(request: pytest.FixtureRequest) -> SlurmClient:
     client: SlurmClient = request.getfixturevalue(f"{request.param}_slurm_client")
     return client
+
+
+@pytest.fixture
+def own_partition(slurm_lab: SlurmLab) -> Iterator[str]:
+    """A partition of its own, which alone the test's console may act in: jobs earlier tests
+    left in Slurm's queue (failed ones among them) are reported, but never acted on."""
+    slurm_lab.run(
+        "scontrol",
+        "create",
+        "PartitionName=own",
+        "Nodes=node[1-4]",
+        "OverSubscribe=EXCLUSIVE",
+        "MaxTime=INFINITE",
+        "State=UP",
+    )
+    yield "own"
+    slurm_lab.reset()
+    slurm_lab.run("scontrol", "delete", "PartitionName=own", check=False)

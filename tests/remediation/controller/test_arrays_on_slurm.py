@@ -66,25 +66,7 @@ def where_it_got(slurm_lab: SlurmLab, array_id: str) -> dict[str, object]:
 
 
 @pytest.fixture
-def partition(slurm_lab: SlurmLab, local_slurm_client: SlurmClient):
-    """A partition of its own, which alone the console may act in: jobs earlier tests left in
-    Slurm's queue (failed ones among them) are reported, but never acted on here."""
-    slurm_lab.run(
-        "scontrol",
-        "create",
-        "PartitionName=arrays",
-        "Nodes=node[1-4]",
-        "OverSubscribe=EXCLUSIVE",
-        "MaxTime=INFINITE",
-        "State=UP",
-    )
-    yield "arrays"
-    slurm_lab.reset()
-    slurm_lab.run("scontrol", "delete", "PartitionName=arrays", check=False)
-
-
-@pytest.fixture
-def site(slurm_lab: SlurmLab, local_slurm_client: SlurmClient, partition: str, live_server):
+def site(slurm_lab: SlurmLab, local_slurm_client: SlurmClient, own_partition: str, live_server):
     # Its own output directory: earlier tests' job output is not this cluster's evidence.
     output = slurm_lab.jobs_dir / f"arrays-{time.monotonic_ns()}"
     output.mkdir()
@@ -95,7 +77,7 @@ def site(slurm_lab: SlurmLab, local_slurm_client: SlurmClient, partition: str, l
         scheduler={"backend": "slurm"},
     )
     cluster.mode = ClusterMode.ACTION
-    cluster.partitions_allowlist = [partition]
+    cluster.partitions_allowlist = [own_partition]
     cluster.save()
     secret = services.issue_controller_token("user:alice", cluster, "lab-controller").secret
     advisor = HttpAdvisor(live_server.url, "lab-arrays", secret)
@@ -120,7 +102,7 @@ def test_only_the_failed_array_task_is_restarted_and_charged(site, slurm_lab: Sl
         "-J",
         "sweep",
         "-p",
-        "arrays",
+        "own",
         f"--output={output}/slurm-%A_%a.out",
         "--open-mode=append",
     )

@@ -183,9 +183,12 @@ def test_controller_and_watchdog_run_with_only_the_url_and_a_token(
 
 
 def test_the_watchdog_applies_the_exclusion_when_the_controller_dies_after_requeuehold(
-    head_node: HeadNode, slurm_lab: SlurmLab, tmp_path: Path
+    head_node: HeadNode, slurm_lab: SlurmLab, own_partition: str, tmp_path: Path
 ) -> None:
     cluster = lab_cluster(slurm_lab, ClusterMode.ACTION)
+    # Earlier tests' failed jobs are still in Slurm's queue: only this test's are acted on.
+    cluster.partitions_allowlist = [own_partition]
+    cluster.save()
     wrapper = tmp_path / "bin"
     wrapper.mkdir()
     scontrol = wrapper / "scontrol"
@@ -198,7 +201,13 @@ def test_the_watchdog_applies_the_exclusion_when_the_controller_dies_after_reque
         "watchdog", head_node.token_file(cluster, "head-watchdog"), "--standby-after", "3"
     )
     job_id = slurm_lab.sbatch(
-        FAILING_ON_NODE2, "-N", "2", "--comment", '{"workload": "llama-fail-open"}'
+        FAILING_ON_NODE2,
+        "-N",
+        "2",
+        "-p",
+        own_partition,
+        "--comment",
+        '{"workload": "llama-fail-open"}',
     )
 
     def restarted() -> bool:
