@@ -212,6 +212,11 @@ done'
 """
 
 
+# The same, but a requeued attempt writes nothing for its first 20 s: a line without a time of
+# its own carries its read time, so the failed attempt's last lines must be read before the next
+# attempt appends to the file (on a loaded machine the 5 s begin-time delay is not enough).
+TRAINING_QUIET_AFTER_A_REQUEUE = '[ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && sleep 20\n' + TRAINING
+
 SHOWN = ("job_state", "state_reason", "restart_cnt", "nodes", "excluded_nodes", "priority")
 
 
@@ -253,7 +258,9 @@ def test_a_dead_node_is_excluded_whoever_requeues_first(
     pending job (no requeue-hold, which Slurm refuses), and time to resume counts the time the
     node was dead."""
     action_mode(site)
-    job_id = slurm_lab.sbatch(TRAINING, "-N", "2", "--requeue", "--open-mode=append")
+    job_id = slurm_lab.sbatch(
+        TRAINING_QUIET_AFTER_A_REQUEUE, "-N", "2", "--requeue", "--open-mode=append"
+    )
     first = running_in_console(site, job_id, 0)
     victim = first.nodes[1]
     killed_at = datetime.now(UTC)
