@@ -11,6 +11,7 @@ import base64
 import http.client
 import json
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.parse
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from detection.sources.base import SourceUnavailable
-from recovery_console.fleet.core.outbound import NO_REDIRECTS, host_allowed
+from recovery_console.fleet.core.outbound import NO_REDIRECTS, host_allowed, no_redirects_trusting
 
 # In chunks, so the size cap and the deadline are checked while the body arrives.
 READ_CHUNK = 256 * 1024
@@ -61,6 +62,8 @@ class ServerConfig(Protocol):
     def max_response_bytes(self) -> int: ...
     @property
     def allowed_hosts(self) -> tuple[str, ...]: ...
+    @property
+    def ca_pem(self) -> str | None: ...
 
 
 class HttpClient:
@@ -75,6 +78,7 @@ class HttpClient:
             auth=config.auth,
             max_response_bytes=config.max_response_bytes,
             allowed_hosts=config.allowed_hosts,
+            ca_pem=config.ca_pem,
         )
 
     def __init__(
@@ -86,6 +90,7 @@ class HttpClient:
         auth: HttpAuth | None = None,
         max_response_bytes: int = 32 * 1024 * 1024,
         allowed_hosts: tuple[str, ...] = (),
+        ca_pem: str | None = None,
     ) -> None:
         parsed = urllib.parse.urlsplit(base_url)
         # Checked once: a bad URL fails when the source is built, not at every poll.
@@ -98,6 +103,11 @@ class HttpClient:
         self.max_response_bytes = max_response_bytes
         self.host = parsed.hostname or ""
         self.allowed_hosts = allowed_hosts  # empty: any host
+        try:
+            # A site's own CA (an internal Prometheus): checked once, here, like the URL.
+            self.opener = no_redirects_trusting(ca_pem) if ca_pem else NO_REDIRECTS
+        except ssl.SSLError as exc:
+            raise ValueError(f"{kind} CA bundle is not PEM certificates ({exc})") from None
 
     def get(
         self,
@@ -113,7 +123,7 @@ class HttpClient:
         # The scheme was checked in __init__: http or https only, never file: or custom ones.
         request = urllib.request.Request(url, headers={**self.headers, **(headers or {})})  # noqa: S310
         try:
-            with NO_REDIRECTS.open(request, timeout=self.timeout) as response:
+            with self.opener.open(request, timeout=self.timeout) as response:
                 return self._read(response)
         except urllib.error.HTTPError as exc:
             # HTTPError first: it is also a URLError, and its body says why the server refused.

@@ -47,6 +47,7 @@ class PrometheusConfig:
     auth: HttpAuth | None = None
     max_response_bytes: int = 32 * 1024 * 1024
     allowed_hosts: tuple[str, ...] = ()  # the site's OUTBOUND_ALLOWED_HOSTS; empty: any
+    ca_pem: str | None = None  # trust these CA certificates (PEM) instead of the system's
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ class RemoteLogConfig:
     auth: HttpAuth | None = None
     max_response_bytes: int = 64 * 1024 * 1024
     allowed_hosts: tuple[str, ...] = ()  # the site's OUTBOUND_ALLOWED_HOSTS; empty: any
+    ca_pem: str | None = None  # trust these CA certificates (PEM) instead of the system's
 
 
 class RemoteLogSource:

@@ -29,9 +29,7 @@ def _cluster_name(nullable: bool = False) -> serializers.SlugRelatedField:  # ty
 
 
 def _username(nullable: bool = False) -> serializers.SlugRelatedField:  # type: ignore[type-arg]
-    return serializers.SlugRelatedField(
-        slug_field="username", read_only=True, allow_null=nullable
-    )
+    return serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=nullable)
 
 
 class ClusterSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -69,6 +67,22 @@ class ClusterSettingsSerializer(serializers.Serializer):  # type: ignore[type-ar
     telemetry = serializers.DictField(required=False)
     scheduler = serializers.DictField(required=False)
     # For the approver, when the change waits for one.
+    note = serializers.CharField(required=False, allow_blank=True, max_length=5000)
+
+
+class ClusterRegistrationSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """A cluster's registration (admin): every document optional, each checked by the model
+    (README, "The scheduler document" and "The telemetry document"). On ``PUT`` the documents
+    given replace the cluster's; those left out stay as they are."""
+
+    name = serializers.CharField(max_length=63)
+    scheduler = serializers.DictField(required=False)
+    telemetry = serializers.DictField(required=False)
+    partitions_allowlist = serializers.ListField(
+        child=serializers.CharField(max_length=64), required=False
+    )
+    policy = serializers.DictField(required=False)
+    # For the approver, when a change waits for one.
     note = serializers.CharField(required=False, allow_blank=True, max_length=5000)
 
 

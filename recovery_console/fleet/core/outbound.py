@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -189,6 +190,13 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 # Redirects are errors, not followed: urllib would carry our headers (an Authorization) and
 # body on to wherever one points, past the outbound allowlist.
 NO_REDIRECTS = urllib.request.build_opener(_NoRedirects)
+
+
+def no_redirects_trusting(ca_pem: str) -> urllib.request.OpenerDirector:
+    """The same, with HTTPS servers checked against ``ca_pem`` (a site's own CA bundle) instead
+    of the system's authorities."""
+    context = ssl.create_default_context(cadata=ca_pem)
+    return urllib.request.build_opener(_NoRedirects, urllib.request.HTTPSHandler(context=context))
 
 
 def host_allowed(host: str, allowed_hosts: Sequence[str]) -> bool:
