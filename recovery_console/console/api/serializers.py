@@ -86,6 +86,18 @@ class ClusterRegistrationSerializer(serializers.Serializer):  # type: ignore[typ
     note = serializers.CharField(required=False, allow_blank=True, max_length=5000)
 
 
+class FindingSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    stage = serializers.CharField()
+    status = serializers.ChoiceField(choices=["ok", "warning", "problem", "info"])
+    summary = serializers.CharField()
+    details = serializers.ListField(child=serializers.CharField())
+
+
+class CheckSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    status = serializers.ChoiceField(choices=["ok", "warning", "problem"])
+    findings = FindingSerializer(many=True)
+
+
 class WorkloadSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     cluster = _cluster_name()
 

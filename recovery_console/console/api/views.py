@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as ModelValidationError
@@ -42,6 +44,8 @@ from recovery_console.console.roles import ADMIN, APPROVER, OPERATOR, REVIEWER, 
 from recovery_console.fleet import audit
 from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
 from remediation import services as remediation
+from remediation.checkup import check_cluster
+from remediation.core.checkup import worst
 from remediation.models import Advice, NodeHealth
 
 from .pagination import AuditCursor, Cursor
@@ -87,6 +91,7 @@ class ClusterViewSet(ReadOnlyViewSet):
         "create": ADMIN,
         "update": ADMIN,
         "partial_update": OPERATOR,
+        "check": OPERATOR,
         "request_action_mode": OPERATOR,
         "return_to_monitor": OPERATOR,
     }
@@ -135,6 +140,15 @@ class ClusterViewSet(ReadOnlyViewSet):
             data = s.PolicyChangeRequestSerializer(outcome.pending).data
             return Response(data, status=status.HTTP_202_ACCEPTED)
         return Response(s.ClusterSerializer(outcome.cluster).data)
+
+    @extend_schema(request=None, responses={200: s.CheckSerializer, **REFUSED})
+    @action(detail=True, methods=["post"])
+    def check(self, request: Request, name: str) -> Response:
+        """What ``manage.py check_cluster`` reports (operator): each source and the scheduler
+        read once, now, and a finding per stage. Nothing is written."""
+        findings = check_cluster(self.get_object(), datetime.now(UTC))
+        data = {"status": worst(findings), "findings": [asdict(f) for f in findings]}
+        return Response(s.CheckSerializer(data).data)
 
     def _registration(self, request: Request) -> dict[str, Any]:
         payload = s.ClusterRegistrationSerializer(data=request.data)

@@ -40,10 +40,16 @@ SCHEDULER_KEYS = {
 SSH_KEYS = {"host", "user", "port", "key", "known_hosts"}
 
 
+# Console pages under /clusters/ that a cluster's name would hide.
+RESERVED_NAMES = frozenset({"new"})
+
+
 def name_problem(name: object) -> str | None:
     """A cluster's name is part of its URLs and of the controller's command line."""
     if not isinstance(name, str) or not NAME.match(name):
         return "must be 1-63 lower-case letters, digits and -, starting with a letter or digit"
+    if name in RESERVED_NAMES:
+        return f"{name!r} is reserved for a console page"
     return None
 
 
