@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from detection.models import Anomaly, SourceCursor
@@ -83,6 +84,11 @@ def read_scheduler(cluster: Cluster) -> checkup.SchedulerRead:
     if cluster.backend != "slurm":
         return checkup.SchedulerRead(target="run_demo", simulated=True)
     target = "the scheduler"
+    conf = cluster.scheduler.get("slurm_conf")
+    local = cluster.scheduler.get("transport", "local") == "local"
+    if local and conf and not Path(conf).is_file():
+        # Said at once: Slurm's commands would first spend half a minute looking for it in DNS.
+        return checkup.SchedulerRead(target="local", error=f"slurm_conf {conf} is not a file here")
     try:
         transport = scheduler_transport(cluster.scheduler, secret_store())
         target = transport.target

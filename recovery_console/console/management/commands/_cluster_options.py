@@ -116,7 +116,7 @@ def _read_file(path: str) -> dict[str, Any]:
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text()
     except OSError as exc:
-        raise CommandError(f"cannot read {path}: {exc.strerror}") from None
+        raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
         return registration_from_text(text, yaml.safe_load)
     except DocumentError as exc:
