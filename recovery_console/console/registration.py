@@ -45,10 +45,23 @@ class NoSuchCluster(Exception):
     pass
 
 
+def as_registered(settings: dict[str, Any], *, new: bool) -> dict[str, Any]:
+    """A cluster a person registers is a Slurm cluster unless its scheduler document says
+    ``"backend": "simulated"`` (the demo's are seeded apart): a document left out, or one that
+    names no backend, must not make it read the simulator's files."""
+    scheduler = settings.get("scheduler")
+    if scheduler is None:
+        return {**settings, "scheduler": {"backend": "slurm"}} if new else settings
+    if isinstance(scheduler, dict) and "backend" not in scheduler:
+        return {**settings, "scheduler": {"backend": "slurm", **scheduler}}
+    return settings
+
+
 def create(user: Any, name: str, settings: dict[str, Any]) -> Outcome:
     """A person registers a cluster (admin). It starts in monitor mode."""
     _require(user, ADMIN, "registering a cluster")
     fleet.registration_changes(Cluster(), settings)  # refuses unknown settings by name
+    settings = as_registered(settings, new=True)
     if Cluster.objects.filter(name=name).exists():
         raise ClusterExists(f"a cluster named {name!r} is registered already; change it instead")
     cluster = fleet.create_cluster(actor_of(user), name, **settings)
@@ -58,7 +71,7 @@ def create(user: Any, name: str, settings: dict[str, Any]) -> Outcome:
 def change(user: Any, cluster: Cluster, settings: dict[str, Any], note: str = "") -> Outcome:
     """A person changes a registration (admin); unchanged settings are left alone."""
     _require(user, ADMIN, "changing a cluster's registration")
-    changes = fleet.registration_changes(cluster, settings)
+    changes = fleet.registration_changes(cluster, as_registered(settings, new=False))
     if not changes:
         return Outcome(cluster)
     result = policy_approval.change_cluster_settings(user, cluster, changes, note)
@@ -74,6 +87,7 @@ def configure_from_cli(
     """What ``add_cluster`` (create; the same again is fine) and ``configure_cluster`` (create
     or bring to these settings) do."""
     cluster = Cluster.objects.select_for_update().filter(name=name).first()
+    settings = as_registered(settings, new=cluster is None)
     if cluster is None:
         if not may_create:
             raise NoSuchCluster(f"no cluster named {name!r}: add_cluster registers one")

@@ -48,6 +48,16 @@ def test_add_cluster_registers_in_monitor_mode_and_again_changes_nothing() -> No
     assert verbs("cluster.settings_changed") == []
 
 
+def test_a_registered_cluster_is_a_slurm_one_and_without_telemetry_reads_nothing() -> None:
+    run("add_cluster", "research")
+    cluster = Cluster.objects.get(name="research")
+    assert cluster.scheduler == {"backend": "slurm"}
+    assert run("add_cluster", "research") == "research unchanged"
+    report = run("check_cluster", "research")
+    assert "[PROBLEM] logs: no log source is configured" in report
+    assert "var/sim" not in report
+
+
 def test_add_cluster_refuses_to_change_a_registered_cluster() -> None:
     run("add_cluster", "research", *FILES)
     with pytest.raises(CommandError, match="registered with other telemetry: configure_cluster"):
