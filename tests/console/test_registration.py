@@ -183,6 +183,9 @@ def test_the_document_can_come_on_stdin_and_a_real_cluster_never_reads_simulated
     with pytest.raises(CommandError, match="logs.type simulated reads the simulated cluster's"):
         run("add_cluster", "research", "--backend", "slurm", "--file", "-")
     stdin_document('{"name": "research", "scheduler": {"backend": "slurm"}}')
+    with pytest.raises(CommandError, match="the file registers 'research', the command names 'x'"):
+        run("add_cluster", "x", "--file", "-")
+    stdin_document('{"name": "research", "scheduler": {"backend": "slurm"}}')
     assert run("add_cluster", "--file", "-") == "registered research (monitor mode)"
 
 

@@ -63,10 +63,12 @@ def add_registration_arguments(parser: CommandParser) -> None:
 def registration_from(options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The cluster's name and the settings the file and flags give."""
     document = _read_file(options["file"]) if options.get("file") else {}
-    name = options.get("name") or document.pop("name", None)
-    document.pop("name", None)
+    in_file = document.pop("name", None)
+    name = options.get("name") or in_file
     if not name:
         raise CommandError("name the cluster: NAME, or name: in the file")
+    if in_file is not None and in_file != name:
+        raise CommandError(f"the file registers {in_file!r}, the command names {name!r}")
     scheduler = _scheduler(options)
     if scheduler:
         document["scheduler"] = scheduler
