@@ -219,6 +219,7 @@ class ClusterRegistrationForm(ClusterDocumentsForm):
         "example: " + TELEMETRY_EXAMPLE,
         widget=forms.Textarea(attrs={**JSON_ATTRS, "rows": 8}),
     )
+
     def __init__(self, *args: Any, cluster: Cluster | None = None, **kwargs: Any) -> None:
         if cluster is not None:
             kwargs.setdefault("initial", self.initial_from(cluster))

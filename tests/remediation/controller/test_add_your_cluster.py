@@ -70,11 +70,13 @@ def test_the_readme_commands_register_and_check_a_slurm_cluster(
     job_id = slurm_lab.submit_job(nodes=1, sleep=120)
     output = slurm_lab.output_path(job_id)
     wait_for(lambda: output.exists() and "task 0" in output.read_text(), 30, "the job's output")
-    (tmp_path / "etc").mkdir()
+    for directory in ("etc", "var"):
+        (tmp_path / directory).mkdir()
     script = as_run_here(
         readme_block(),
         {
             "/etc/recovery-console/": f"{tmp_path}/etc/",
+            "/var/lib/recovery-console/": f"{tmp_path}/var/",
             "/etc/slurm/slurm.conf": str(slurm_lab.slurm_conf),
             "/shared/slurm-logs": str(slurm_lab.jobs_dir),
             "https://console.example.org": live_server.url,
@@ -103,6 +105,7 @@ def test_the_readme_commands_register_and_check_a_slurm_cluster(
 
     cluster = Cluster.objects.get(name="research")
     assert cluster.mode == ClusterMode.MONITOR
+    assert (tmp_path / "var" / "watchdog-research.json").exists()
     tokens = set(ControllerToken.objects.values_list("name", flat=True))
     assert {"head-node", "watchdog"} <= tokens
     people = get_user_model().objects
