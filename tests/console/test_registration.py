@@ -3,6 +3,8 @@ form, each checked by the same validator and each change audited."""
 
 import io
 import json
+import re
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -284,6 +286,16 @@ def test_put_changes_a_registration_only_for_an_admin_and_only_what_differs(api)
     assert "not renamed" in renamed.json()["name"][0]
 
 
+def test_put_in_action_mode_asks_a_second_person_for_the_policy(api) -> None:
+    api("root").post("/api/v1/clusters/", REGISTRATION, format="json")
+    Cluster.objects.filter(name="research").update(mode=ClusterMode.ACTION)
+    changed = {**REGISTRATION, "policy": {"drain_after_strikes": 3}, "note": "fewer strikes"}
+    response = api("root").put("/api/v1/clusters/research/", changed, format="json")
+    assert response.status_code == 202, response.json()
+    assert response.json()["changes"] == {"policy": {"drain_after_strikes": 3}}
+    assert Cluster.objects.get(name="research").policy == {}
+
+
 def test_an_operator_changes_the_policy_but_not_the_connections(api) -> None:
     services.create_cluster("user:root", "research")
     policy = api("olga").patch(
@@ -402,3 +414,17 @@ def test_grant_role_refuses_an_unknown_user_and_a_weak_password(tmp_path) -> Non
         run("grant_role", "bob", "viewer", "--create", "--password-file", str(weak))
     with pytest.raises(CommandError, match="invalid choice: 'wizard'"):
         run("grant_role", "bob", "wizard")
+
+
+def test_the_readmes_registration_file_registers_as_it_says(tmp_path, settings) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    document = re.search(r"```yaml\n(name: research\n.*?)```", readme, re.DOTALL)
+    assert document, "the README lost its registration file"
+    (tmp_path / "research.yaml").write_text(document[1])
+    settings.SECRETS_DIR = str(tmp_path)
+    for name in ("head-key", "head-known-hosts", "prom-password"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "site-ca.pem").write_text("a PEM bundle")
+    path = str(tmp_path / "research.yaml")
+    assert run("configure_cluster", "--file", path) == "registered research (monitor mode)"
+    assert run("configure_cluster", "--file", path) == "research unchanged"
