@@ -62,6 +62,7 @@ def cluster_sources(cluster: Cluster) -> ClusterSources:
         django_settings.SIMULATOR_OUTPUT_DIR,
         secret_store(),
         allowed_hosts(),
+        cluster.backend,
     )
 
 
@@ -104,7 +105,9 @@ def telemetry_problems(cluster: Cluster) -> dict[str, list[str]]:
     the sources understand?"""
     if not isinstance(cluster.telemetry, dict):
         return {}  # the fleet itself says it must be an object
-    problems = check_telemetry(cluster.telemetry, secret_store(), allowed_hosts())
+    problems = check_telemetry(
+        cluster.telemetry, secret_store(), allowed_hosts(), _backend_of(cluster)
+    )
     return {"telemetry": problems} if problems else {}
 
 
@@ -122,3 +125,9 @@ def claim_due_scans(now: datetime) -> list[int]:
         ).update(next_scan_at=next_at):
             claimed.append(settings.cluster_id)
     return claimed
+
+
+def _backend_of(cluster: Cluster) -> str:
+    # A scheduler document the fleet refuses is reported there; judge the telemetry as simulated.
+    scheduler = cluster.scheduler if isinstance(cluster.scheduler, dict) else {}
+    return "slurm" if scheduler.get("backend") == "slurm" else "simulated"

@@ -252,7 +252,6 @@ if CHANNEL_LAYER == "redis":
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-CLUSTER_BACKEND = env_choice("CLUSTER_BACKEND", default="simulated", choices=("simulated", "slurm"))
 # Where the simulated cluster writes its jobs' output files and nodes' system logs.
 SIMULATOR_OUTPUT_DIR = Path(env.str("SIMULATOR_OUTPUT_DIR", default=str(BASE_DIR / "var" / "sim")))
 DETECTION_POLL_SECONDS = env.float("DETECTION_POLL_SECONDS", default=5.0)

@@ -10,7 +10,14 @@ from .console.forms import LoginForm
 
 urlpatterns = [
     path("", views.overview, name="overview"),
+    path("clusters/new/", views.cluster_new, name="cluster-new"),
     path("clusters/<slug:name>/", views.cluster_detail, name="cluster"),
+    path(
+        "clusters/<slug:name>/registration/",
+        views.cluster_registration,
+        name="cluster-registration",
+    ),
+    path("clusters/<slug:name>/check", views.cluster_check, name="cluster-check"),
     path("clusters/<slug:name>/_workloads", views.cluster_workloads, name="cluster-workloads"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload"),
     path("workloads/<int:pk>/_attempts", views.workload_attempts, name="workload-attempts"),

@@ -24,7 +24,6 @@ print(json.dumps({
     "eager": settings.CELERY_TASK_ALWAYS_EAGER,
     "broker": settings.CELERY_BROKER_URL,
     "layer": settings.CHANNEL_LAYERS["default"]["BACKEND"],
-    "backend": settings.CLUSTER_BACKEND,
 }))
 """
 VARIABLES = (
@@ -32,7 +31,6 @@ VARIABLES = (
     "REDIS_URL",
     "CELERY_TASK_ALWAYS_EAGER",
     "CHANNEL_LAYER",
-    "CLUSTER_BACKEND",
     "DEBUG",
     "SECRET_KEY",
     "SECRET_KEY_FILE",
@@ -68,7 +66,6 @@ def test_with_nothing_set_it_runs_embedded() -> None:
         "eager": True,
         "broker": "memory://",
         "layer": "channels.layers.InMemoryChannelLayer",
-        "backend": "simulated",
     }
 
 
@@ -106,7 +103,6 @@ def test_the_secret_key_can_come_from_a_file(tmp_path: Path) -> None:
         ),
         ({"CELERY_TASK_ALWAYS_EAGER": "false"}, "needs REDIS_URL"),
         ({"CHANNEL_LAYER": "kafka"}, "CHANNEL_LAYER='kafka' is not one of memory, redis"),
-        ({"CLUSTER_BACKEND": "pbs"}, "CLUSTER_BACKEND='pbs' is not one of simulated, slurm"),
         ({"DEBUG": "false"}, "SECRET_KEY (or SECRET_KEY_FILE) must be set"),
         (
             {"DEBUG": "false", "SECRET_KEY": "k"},

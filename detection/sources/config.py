@@ -164,10 +164,12 @@ def check_telemetry(
     telemetry: dict[str, Any],
     secrets: SecretStore | None = None,
     allowed_hosts: Sequence[str] = (),
+    backend: str = "simulated",
 ) -> list[str]:
     """What is wrong with a telemetry document, one entry per problem, each naming its key
     (empty: nothing). Every section is read as the sources will read it, so a document accepted
-    here builds; secrets must be references ``secrets`` can read, URLs on ``allowed_hosts``."""
+    here builds; secrets must be references ``secrets`` can read, URLs on ``allowed_hosts``.
+    Only a simulated cluster (``backend``) may read the simulator's files."""
     secrets = secrets or SecretStore()
     problems = [
         f"{name} is not a telemetry section (logs, metrics)"
@@ -181,9 +183,19 @@ def check_telemetry(
         if not isinstance(spec, dict):
             problems.append(f"{section} must be a JSON object")
             continue
+        if "type" not in spec and backend != "simulated":
+            problems.append(f"{section}.type is required ({', '.join(types[1:])})")
+            continue
         kind = spec.get("type", "simulated")
         if kind not in types:
             problems.append(f"{section}.type {kind!r} is not one of {', '.join(types)}")
+            continue
+        if kind == "simulated" and backend != "simulated":
+            others = ", ".join(t for t in types if t != "simulated")
+            problems.append(
+                f"{section}.type simulated reads the simulated cluster's files; "
+                f"a {backend} cluster names its own source ({others})"
+            )
             continue
         problems.extend(_section_problems(section, kind, spec, secrets, allowed_hosts))
     return problems
@@ -233,6 +245,7 @@ def build_sources(
     simulator_root: Path | str,
     secrets: SecretStore | None = None,
     allowed_hosts: Sequence[str] = (),
+    backend: str = "simulated",
 ) -> ClusterSources:
     """The sources a telemetry document names, keyed by a stable name (their cursors' key).
 
@@ -240,25 +253,33 @@ def build_sources(
     site has since left off its list) or whose secret cannot be read becomes a source that
     reports why on every read: nothing is read or sent on its behalf."""
     directory = simulator_directory(simulator_root, cluster_name)
-    site = _Site(secrets or SecretStore(), tuple(allowed_hosts))
-    # No section means the simulated cluster, so a new cluster works before it is configured.
-    logs = telemetry.get("logs") or {"type": "simulated"}
-    metrics = telemetry.get("metrics") or {"type": "simulated"}
-    return ClusterSources(
-        logs=site.guarded("logs", logs, lambda: _log_sources(directory, logs, site)),
-        metrics=site.guarded("metrics", metrics, lambda: _metrics_source(directory, metrics, site)),
-    )
+    site = _Site(secrets or SecretStore(), tuple(allowed_hosts), backend)
+    # No section means the simulator's files on a simulated cluster, and no source at all on a
+    # real one: never the simulator's directory under a real cluster's name.
+    sources = ClusterSources()
+    if logs := telemetry.get("logs") or _simulated(backend):
+        sources.logs = site.guarded("logs", logs, lambda: _log_sources(directory, logs, site))
+    if metrics := telemetry.get("metrics") or _simulated(backend):
+        sources.metrics = site.guarded(
+            "metrics", metrics, lambda: _metrics_source(directory, metrics, site)
+        )
+    return sources
+
+
+def _simulated(backend: str) -> dict[str, Any] | None:
+    return {"type": "simulated"} if backend == "simulated" else None
 
 
 @dataclass(frozen=True)
 class _Site:
     secrets: SecretStore
     allowed_hosts: tuple[str, ...]
+    backend: str = "simulated"
 
     def guarded(self, section: str, spec: Any, build: Callable[[], Any]) -> Any:
         kind = spec.get("type", "simulated") if isinstance(spec, dict) else "?"
         name = LOG_SOURCE_NAMES.get(kind, "job-files") if section == "logs" else "metrics"
-        problems = check_telemetry({section: spec}, self.secrets, self.allowed_hosts)
+        problems = check_telemetry({section: spec}, self.secrets, self.allowed_hosts, self.backend)
         try:
             if not problems:
                 return build()

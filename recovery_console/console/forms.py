@@ -17,8 +17,10 @@ from django.template.defaultfilters import filesizeformat
 
 from detection.core.constants import DEFAULT_GPUS_PER_NODE
 from recovery_console.fleet import throttle
+from recovery_console.fleet.core.outbound import redacted
 from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
 from recovery_console.fleet.models import Cluster, WorkloadState
+from recovery_console.fleet.services import REGISTRATION_FIELDS
 
 JSON_ATTRS = {"rows": 10, "spellcheck": "false", "class": "code"}
 
@@ -85,8 +87,9 @@ CLUSTER_FIELDS = ("partitions_allowlist", "policy")
 DETECTION_FIELDS = ("signatures", "progress_pattern", "hang", "straggler", "poll_seconds")
 
 
-class ClusterSettingsForm(forms.Form):
-    """A cluster's allowlist and policy, and its detector settings, in one form."""
+class ClusterDocumentsForm(forms.Form):
+    """What the settings and the registration forms share: the allowlist and the policy, and
+    the services' errors put back next to their fields."""
 
     partitions_allowlist = forms.CharField(
         required=False,
@@ -100,6 +103,27 @@ class ClusterSettingsForm(forms.Form):
         help_text="The recovery policy document (JSON); empty means the defaults.",
         widget=forms.Textarea(attrs=JSON_ATTRS),
     )
+
+    def clean_partitions_allowlist(self) -> list[str]:
+        raw = self.cleaned_data["partitions_allowlist"].replace(",", "\n")
+        return [name.strip() for name in raw.splitlines() if name.strip()]
+
+    def clean_policy(self) -> dict[str, Any]:
+        return dict(_json(self.cleaned_data["policy"], "the policy", dict))
+
+    def add_service_errors(self, error: ValidationError) -> None:
+        """Put a service's per-field messages next to the fields (the rest above the form)."""
+        # An error without fields has no ``message_dict``: reading it would raise.
+        if not hasattr(error, "error_dict"):
+            self.add_error(None, error)
+            return
+        for field, messages in error.message_dict.items():
+            self.add_error(field if field in self.fields else None, messages)
+
+
+class ClusterSettingsForm(ClusterDocumentsForm):
+    """A cluster's allowlist and policy, and its detector settings, in one form."""
+
     signatures = forms.CharField(
         required=False,
         label="Custom signatures",
@@ -142,13 +166,6 @@ class ClusterSettingsForm(forms.Form):
             "poll_seconds": detection.poll_seconds,
         }
 
-    def clean_partitions_allowlist(self) -> list[str]:
-        raw = self.cleaned_data["partitions_allowlist"].replace(",", "\n")
-        return [name.strip() for name in raw.splitlines() if name.strip()]
-
-    def clean_policy(self) -> dict[str, Any]:
-        return dict(_json(self.cleaned_data["policy"], "the policy", dict))
-
     def clean_signatures(self) -> list[Any]:
         return list(_json(self.cleaned_data["signatures"], "the signatures", list))
 
@@ -168,14 +185,70 @@ class ClusterSettingsForm(forms.Form):
         }
         return cluster_changes, detection_changes
 
-    def add_service_errors(self, error: ValidationError) -> None:
-        """Put a service's per-field messages next to the fields (the rest above the form)."""
-        # An error without fields has no ``message_dict``: reading it would raise.
-        if not hasattr(error, "error_dict"):
-            self.add_error(None, error)
-            return
-        for field, messages in error.message_dict.items():
-            self.add_error(field if field in self.fields else None, messages)
+
+SCHEDULER_EXAMPLE = (
+    '{"backend": "slurm", "transport": "ssh", "slurm_conf": "/etc/slurm/slurm.conf",\n'
+    ' "ssh": {"host": "slurm-head", "user": "rc", "key": {"file": "head-key"},\n'
+    '         "known_hosts": {"file": "head-known-hosts"}}}'
+)
+TELEMETRY_EXAMPLE = (
+    '{"logs": {"type": "files", "path": "/shared/slurm-logs", "pattern": "slurm-*.out"},\n'
+    ' "metrics": {"type": "prometheus", "url": "https://prom.example.org",\n'
+    '             "token": {"env": "RC_SECRET_PROM_TOKEN"}, "timeout": 10}}'
+)
+
+
+class ClusterRegistrationForm(ClusterDocumentsForm):
+    """A cluster's registration (admin): its name when new, then its documents as JSON text.
+    The model checks every document (README, "The scheduler document" and "The telemetry
+    document"); its problems are shown next to the field they concern."""
+
+    name = forms.SlugField(
+        max_length=63,
+        help_text="Lower-case letters, digits and -; it names the cluster in URLs and commands.",
+    )
+    scheduler = forms.CharField(
+        required=False,
+        help_text="How to reach Slurm; empty means the simulated cluster. Keys by reference "
+        "only. For example: " + SCHEDULER_EXAMPLE,
+        widget=forms.Textarea(attrs={**JSON_ATTRS, "rows": 8}),
+    )
+    telemetry = forms.CharField(
+        required=False,
+        help_text="Where logs and GPU metrics come from; secrets by reference only. For "
+        "example: " + TELEMETRY_EXAMPLE,
+        widget=forms.Textarea(attrs={**JSON_ATTRS, "rows": 8}),
+    )
+
+    def __init__(self, *args: Any, cluster: Cluster | None = None, **kwargs: Any) -> None:
+        if cluster is not None:
+            kwargs.setdefault("initial", self.initial_from(cluster))
+        super().__init__(*args, **kwargs)
+        if cluster is not None:
+            # The name keys the cluster's history: it is shown, never changed.
+            self.fields["name"].disabled = True
+
+    @staticmethod
+    def initial_from(cluster: Cluster) -> dict[str, Any]:
+        def text(document: Any) -> str:
+            return _pretty(redacted(document)) if document else ""
+
+        return {
+            "name": cluster.name,
+            "scheduler": text(cluster.scheduler),
+            "telemetry": text(cluster.telemetry),
+            "partitions_allowlist": "\n".join(cluster.partitions_allowlist),
+            "policy": _pretty(cluster.policy) if cluster.policy else "",
+        }
+
+    def clean_scheduler(self) -> dict[str, Any]:
+        return dict(_json(self.cleaned_data["scheduler"], "the scheduler", dict))
+
+    def clean_telemetry(self) -> dict[str, Any]:
+        return dict(_json(self.cleaned_data["telemetry"], "the telemetry", dict))
+
+    def documents(self) -> dict[str, Any]:
+        return {name: self.cleaned_data[name] for name in REGISTRATION_FIELDS}
 
 
 class TestSignalsForm(forms.Form):

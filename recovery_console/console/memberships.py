@@ -1,12 +1,15 @@
-"""Giving and taking roles: site-wide (a role group) or on one cluster (a membership).
+"""People and their roles: an account, and roles given or taken site-wide (a role group) or on
+one cluster (a membership).
 
-Called by ``manage.py grant_role`` and the admin; each grant and revocation is audited with the
-actor, so who gave whom which role stays on the trail."""
+Called by ``manage.py grant_role`` and the admin; each account made (``user.created``), grant
+(``role.granted``) and revocation (``role.revoked``) is audited with the actor, so who gave whom
+which role stays on the trail."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth import get_user_model, password_validation
 from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
@@ -27,6 +30,19 @@ def _checked(role: str, cluster: Cluster | None) -> None:
         raise UnknownRole(f"{role!r} is not a role: use one of {', '.join(ROLES)}")
     if cluster is not None and role not in ClusterRole.values:
         raise RoleNotScoped(f"{role} is site-wide only: grant it without a cluster")
+
+
+@transaction.atomic
+def create_user(actor: str, username: str, password: str | None = None, email: str = "") -> Any:
+    """An account holding no role yet. With ``password``, one the site's validators accept
+    (``ValidationError`` says why not); without, none usable until its owner sets one
+    (``manage.py changepassword``)."""
+    model = get_user_model()
+    if password is not None:
+        password_validation.validate_password(password, model(username=username))
+    user = model.objects.create_user(username, email=email, password=password)
+    audit.record(actor, "user.created", user, payload={"username": username})
+    return user
 
 
 @transaction.atomic
@@ -75,4 +91,4 @@ def _audit(actor: str, verb: str, user: Any, role: str, cluster: Cluster | None)
     audit.record(actor, verb, user, cluster=cluster, payload=payload)
 
 
-__all__ = ["ADMIN", "RoleNotScoped", "grant_role", "revoke_role"]
+__all__ = ["ADMIN", "RoleNotScoped", "create_user", "grant_role", "revoke_role"]

@@ -23,11 +23,13 @@ from remediation.core.policy import InvalidPolicy, parse_policy
 from .approval import second_person_refusal
 from .models import ModeRequestStatus, PolicyChangeRequest
 from .reviews import ApprovalRefused, _require, actor_of
-from .roles import APPROVER, OPERATOR
+from .roles import ADMIN, APPROVER, OPERATOR
 
 GATE = ("approval_min_agreement", "approval_min_labelled", "approval_window_days")
 # What decides what the cluster does to jobs: in action mode, changing it needs a second person.
 ACTING_SETTINGS = ("policy", "partitions_allowlist")
+# Where the console connects and which secrets it reads: an admin's, like registering a cluster.
+CONNECTIONS = ("scheduler", "telemetry")
 
 
 def approval_needed(cluster: Cluster, changes: dict[str, Any]) -> list[str]:
@@ -56,6 +58,9 @@ def change_cluster_settings(
     pending request is returned and nothing changes yet. Invalid settings raise
     ``ValidationError`` either way, before any request exists."""
     _require(user, OPERATOR, "changing cluster settings", cluster)
+    if any(name in changes for name in CONNECTIONS):
+        # Site-wide only: admin is never a membership.
+        _require(user, ADMIN, "changing a cluster's scheduler or telemetry", None)
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
         why = approval_needed(cluster, changes)

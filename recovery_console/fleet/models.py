@@ -13,10 +13,9 @@ from django.core.exceptions import ValidationError
 from django.db import models
 
 from .core.outbound import secret_key_problems
+from .core.registration import name_problem, partitions_problems, scheduler_problems
 from .core.scheduler import TERMINAL_JOB_STATES, JobState, NodeState
 from .outbound import secret_store
-
-SCHEDULER_BACKENDS = ("simulated", "slurm")
 
 # A cluster's settings documents belong to the floors above (the policy to remediation, the
 # telemetry to detection). Each registers its check here from its AppConfig.ready(), so a bad
@@ -65,35 +64,37 @@ class Cluster(models.Model):
         super().save(*args, **kwargs)
 
     def clean(self) -> None:
+        """Every problem of the registration, each naming its field (``core.registration``
+        for the name, allowlist and scheduler; the floors above check telemetry and policy)."""
         errors: dict[str, list[str]] = {}
+        if self.pk is None and (problem := name_problem(self.name)):
+            errors["name"] = [problem]
         if self.mode not in ClusterMode.values:
             errors["mode"] = [f"unknown mode {self.mode!r}: use monitor or action"]
-        if not _is_list_of_names(self.partitions_allowlist):
-            errors["partitions_allowlist"] = ["must be a list of partition names"]
+        if problems := partitions_problems(self.partitions_allowlist):
+            errors["partitions_allowlist"] = problems
         if not isinstance(self.telemetry, dict):
             errors["telemetry"] = ["must be a JSON object"]
-        if not isinstance(self.scheduler, dict):
-            errors["scheduler"] = ["must be a JSON object"]
-        else:
-            # SSH keys and known_hosts are the controller's, given on its command line.
-            scheduler = secret_key_problems(self.scheduler, "scheduler", secret_store())
-            if self.scheduler.get("backend", "simulated") not in SCHEDULER_BACKENDS:
-                scheduler.append(f"backend must be one of {', '.join(SCHEDULER_BACKENDS)}")
-            if scheduler:
-                errors["scheduler"] = scheduler
+        if problems := self._scheduler_problems():
+            errors["scheduler"] = problems
         for check in CLUSTER_CHECKS:
             for name, problems in check(self).items():
                 errors.setdefault(name, []).extend(problems)
         if errors:
             raise ValidationError(errors)
 
+    def _scheduler_problems(self) -> list[str]:
+        store = secret_store()
+        problems = scheduler_problems(self.scheduler, store)
+        if isinstance(self.scheduler, dict):
+            # Secrets anywhere else in the document (the ssh section checks its own).
+            rest = {k: v for k, v in self.scheduler.items() if k != "ssh"}
+            problems = secret_key_problems(rest, "scheduler", store) + problems
+        return problems
+
     @property
     def backend(self) -> str:
         return str(self.scheduler.get("backend", "simulated"))
-
-
-def _is_list_of_names(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)
 
 
 class WorkloadState(models.TextChoices):

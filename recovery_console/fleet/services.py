@@ -17,9 +17,11 @@ from .snapshots import Rejection, SnapshotResult, record_snapshot, workload_key
 
 # Recording a snapshot has its own module; callers find it here with the other services.
 __all__ = [
+    "REGISTRATION_FIELDS",
     "Rejection",
     "SnapshotResult",
     "create_cluster",
+    "registration_changes",
     "note_failure",
     "record_snapshot",
     "stop_workload",
@@ -55,6 +57,19 @@ def update_cluster_settings(actor: str, cluster: Cluster, **changes: Any) -> Clu
     changed = {k: {"from": before[k], "to": after[k]} for k in after if before[k] != after[k]}
     audit.record(actor, "cluster.settings_changed", cluster, cluster=cluster, payload=changed)
     return cluster
+
+
+# What a registration sets besides the name; the mode is never among them.
+REGISTRATION_FIELDS = ("scheduler", "telemetry", "partitions_allowlist", "policy")
+
+
+def registration_changes(cluster: Cluster, settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings that differ from the cluster's, so registering twice changes nothing and
+    audits nothing the second time."""
+    unknown = set(settings) - set(REGISTRATION_FIELDS)
+    if unknown:
+        raise ValueError(f"not a cluster setting: {', '.join(sorted(unknown))}")
+    return {name: value for name, value in settings.items() if getattr(cluster, name) != value}
 
 
 def _settings_of(cluster: Cluster) -> dict[str, Any]:

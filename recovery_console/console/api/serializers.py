@@ -111,6 +111,34 @@ class _WorkloadListSerializer(serializers.ListSerializer):  # type: ignore[type-
         return super().to_representation(items)
 
 
+class ClusterRegistrationSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """A cluster's registration (admin): every document optional, each checked by the model
+    (README, "The scheduler document" and "The telemetry document"). On ``PUT`` the documents
+    given replace the cluster's; those left out stay as they are."""
+
+    name = serializers.CharField(max_length=63)
+    scheduler = serializers.DictField(required=False)
+    telemetry = serializers.DictField(required=False)
+    partitions_allowlist = serializers.ListField(
+        child=serializers.CharField(max_length=64), required=False
+    )
+    policy = serializers.DictField(required=False)
+    # For the approver, when a change waits for one.
+    note = serializers.CharField(required=False, allow_blank=True, max_length=5000)
+
+
+class FindingSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    stage = serializers.CharField()
+    status = serializers.ChoiceField(choices=["ok", "warning", "problem", "info"])
+    summary = serializers.CharField()
+    details = serializers.ListField(child=serializers.CharField())
+
+
+class CheckSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    status = serializers.ChoiceField(choices=["ok", "warning", "problem"])
+    findings = FindingSerializer(many=True)
+
+
 class WorkloadSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     cluster = _cluster_name()
     last_checkpoint_step = serializers.SerializerMethodField()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError as ModelValidationError
@@ -22,7 +24,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
@@ -31,7 +33,7 @@ from rest_framework.views import APIView
 
 from detection import costs
 from detection.models import Anomaly, TelemetryGap
-from recovery_console.console import approval, policy_approval, reviews
+from recovery_console.console import approval, policy_approval, registration, reviews
 from recovery_console.console.api import filtersets as f
 from recovery_console.console.api import serializers as s
 from recovery_console.console.models import (
@@ -55,6 +57,8 @@ from recovery_console.fleet import audit
 from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
 from remediation import reporters
 from remediation import services as remediation
+from remediation.checkup import check_cluster
+from remediation.core.checkup import worst
 from remediation.models import Advice, NodeHealth
 
 from .pagination import AuditCursor, Cursor
@@ -103,10 +107,72 @@ class ClusterViewSet(ReadOnlyViewSet):
     # Addressed by name, as in the console's own URLs.
     lookup_field = "name"
     verb_roles: ClassVar = {
+        "create": ADMIN,
+        "update": ADMIN,
         "partial_update": OPERATOR,
+        "check": OPERATOR,
         "request_action_mode": OPERATOR,
         "return_to_monitor": OPERATOR,
     }
+
+    @extend_schema(
+        request=s.ClusterRegistrationSerializer,
+        responses={
+            201: s.ClusterSerializer,
+            400: OpenApiResponse(description="the problems, by field"),
+            **REFUSED,
+        },
+    )
+    def create(self, request: Request) -> Response:
+        """Register a cluster (admin). It starts in monitor mode; every document is validated
+        and a refusal lists every problem by field; the registration is audited."""
+        data = self._registration(request)
+        name = data.pop("name")
+        data.pop("note", None)
+        with _registration_refusals():
+            outcome = registration.create(request.user, name, data)
+        return Response(s.ClusterSerializer(outcome.cluster).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=s.ClusterRegistrationSerializer,
+        responses={
+            200: s.ClusterSerializer,
+            202: OpenApiResponse(
+                s.PolicyChangeRequestSerializer,
+                description="not applied yet: a second person with the approver role must "
+                "approve the request (it touches the approval gate, or the cluster acts)",
+            ),
+            400: OpenApiResponse(description="the problems, by field"),
+            **REFUSED,
+        },
+    )
+    def update(self, request: Request, name: str) -> Response:
+        """Change a cluster's registration (admin): the documents given replace the cluster's,
+        the others stay; the same registration again changes and audits nothing."""
+        data = self._registration(request)
+        if data.pop("name") != name:
+            raise ValidationError({"name": ["a cluster is not renamed: its name keys its history"]})
+        note = data.pop("note", "")
+        with _registration_refusals():
+            outcome = registration.change(request.user, self.get_object(), data, note)
+        if outcome.pending is not None:
+            data = s.PolicyChangeRequestSerializer(outcome.pending).data
+            return Response(data, status=status.HTTP_202_ACCEPTED)
+        return Response(s.ClusterSerializer(outcome.cluster).data)
+
+    @extend_schema(request=None, responses={200: s.CheckSerializer, **REFUSED})
+    @action(detail=True, methods=["post"])
+    def check(self, request: Request, name: str) -> Response:
+        """What ``manage.py check_cluster`` reports (operator): each source and the scheduler
+        read once, now, and a finding per stage. Nothing is written."""
+        findings = check_cluster(self.get_object(), datetime.now(UTC))
+        data = {"status": worst(findings), "findings": [asdict(f) for f in findings]}
+        return Response(s.CheckSerializer(data).data)
+
+    def _registration(self, request: Request) -> dict[str, Any]:
+        payload = s.ClusterRegistrationSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        return dict(payload.validated_data)
 
     @extend_schema(
         request=s.ClusterSettingsSerializer,
@@ -220,6 +286,26 @@ class ClusterViewSet(ReadOnlyViewSet):
             request.user, self.get_object(), payload.validated_data["reason"]
         )
         return Response(s.ClusterSerializer(cluster).data)
+
+
+@contextmanager
+def _registration_refusals() -> Iterator[None]:
+    """The registration's refusals as DRF's: 400 by field, 403 for a missing role, 409 when
+    the workflow refuses (a change already waiting for approval)."""
+    try:
+        with _as_400():
+            yield
+    except registration.ClusterExists as exc:
+        raise ValidationError({"name": [str(exc)]}) from None
+    except reviews.RoleMissing as exc:
+        raise PermissionDenied(exc.reason) from None
+    except reviews.ApprovalRefused as exc:
+        raise Conflict(exc.reason) from None
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "the workflow refused the step"
 
 
 class WorkloadViewSet(ReadOnlyViewSet):

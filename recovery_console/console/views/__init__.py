@@ -16,6 +16,7 @@ from .mode import (
     request_action,
 )
 from .nodes import node_list, node_table, release
+from .registration import cluster_check, cluster_new, cluster_registration
 from .review_queue import agreement_chart, label, review_queue, review_queue_items
 from .signals import test_signals
 from .workloads import workload_attempts, workload_detail, workload_list, workload_timeline
@@ -28,6 +29,9 @@ __all__ = [
     "back_to_monitor",
     "chain_status",
     "cluster_card",
+    "cluster_check",
+    "cluster_new",
+    "cluster_registration",
     "cluster_detail",
     "cluster_reporters",
     "cluster_settings",

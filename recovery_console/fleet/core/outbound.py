@@ -82,6 +82,16 @@ class SecretStore:
             reason = f"secret file {ref['file']} cannot be read ({exc.strerror})"
             raise SecretUnavailable(reason) from None
 
+    def path(self, ref: object) -> Path:
+        """Where a valid ``{"file": NAME}`` reference points, for a program that reads the file
+        itself (ssh's key and known_hosts)."""
+        problem = self.problem(ref)
+        if problem:
+            raise SecretUnavailable(problem)
+        if not isinstance(ref, dict) or "file" not in ref:
+            raise SecretUnavailable('a file is needed here: {"file": NAME}')
+        return self._path(ref["file"])
+
     def _path(self, name: str) -> Path:
         root = Path(self.directory).resolve()
         # Resolved, so a symlink inside the directory that points out of it is caught too.

@@ -30,7 +30,7 @@ def secrets_dir(tmp_path: Path, settings) -> Path:
 
 
 def patch(api, telemetry):
-    return api("olga").patch("/api/v1/clusters/research/", {"telemetry": telemetry}, format="json")
+    return api("root").patch("/api/v1/clusters/research/", {"telemetry": telemetry}, format="json")
 
 
 def loki(listener: Listener, **fields) -> dict:
@@ -186,7 +186,7 @@ def test_inline_secrets_stored_before_are_never_shown(api, people, cluster, secr
 
 
 def test_the_scheduler_document_keeps_no_credentials(api, cluster, secrets_dir) -> None:
-    response = api("olga").patch(
+    response = api("root").patch(
         "/api/v1/clusters/research/",
         {"scheduler": {"backend": "slurm", "identity_file": "/root/.ssh/id_ed25519"}},
         format="json",

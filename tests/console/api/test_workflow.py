@@ -259,10 +259,10 @@ def test_only_operators_change_settings(api, cluster, who) -> None:
     assert response.json() == {"detail": "this needs the operator role"}
 
 
-def test_put_is_not_offered(api, cluster) -> None:
+def test_put_changes_a_registration_and_needs_the_admin_role(api, cluster) -> None:
     response = api("olga").put("/api/v1/clusters/research/", {}, format="json")
-    assert response.status_code == 405
-    assert response.json() == {"detail": 'Method "PUT" not allowed.'}
+    assert response.status_code == 403
+    assert response.json() == {"detail": "this needs the admin role"}
 
 
 # --- nodes -----------------------------------------------------------------------------------
