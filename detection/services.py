@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -91,7 +92,9 @@ def _reshard(settings: DetectionSettings, old: int, new: int) -> None:
     with ExitStack() as leases:
         for shard in range(old):
             if not leases.enter_context(scan_lease(settings, shard)):
-                raise ValueError("a scan of this cluster is running: change scan_shards again")
+                raise ValidationError(
+                    {"scan_shards": ["a scan of this cluster is running: change it again"]}
+                )
         cursors = SourceCursor.objects.filter(cluster_id=settings.cluster_id).exclude(
             source="metrics"
         )
@@ -100,9 +103,14 @@ def _reshard(settings: DetectionSettings, old: int, new: int) -> None:
             by_source.setdefault(row.source, []).append(row)
         for source, rows in by_source.items():
             if any(row.cursor != rows[0].cursor for row in rows):
-                raise ValueError(
-                    f"the shards of {source} stand at different places: scan_shards can change "
-                    "once they agree (every shard read to the end of a quiet source)"
+                raise ValidationError(
+                    {
+                        "scan_shards": [
+                            f"the shards of {source} stand at different places: the count can"
+                            " change once they agree (every shard read to the end of a quiet"
+                            " source)"
+                        ]
+                    }
                 )
         cursors.filter(shard__gte=new).delete()
         for rows in by_source.values():

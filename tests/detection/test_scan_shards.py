@@ -146,7 +146,7 @@ def test_changing_the_shard_count_hands_the_cursors_over_without_rereading(site)
     with (logs / f"slurm-{job_ids[0]}.out").open("a") as handle:
         handle.write(PROGRESS.format(n=3))
     scan.scan_cluster(cluster, T0 + timedelta(minutes=3), shard=shard_of(job_ids[0], 3))
-    with pytest.raises(ValueError, match="stand at different places"):
+    with pytest.raises(ValidationError, match="stand at different places"):
         detection.update_detection_settings("user:alice", cluster, scan_shards=1)
     assert detection.detection_settings_of(cluster).scan_shards == 3
 
@@ -155,5 +155,5 @@ def test_the_shard_count_does_not_change_under_a_running_scan(site) -> None:
     cluster, _, _ = site
     with detection.scan_lease(detection.detection_settings_of(cluster)) as held:
         assert held
-        with pytest.raises(ValueError, match="a scan of this cluster is running"):
+        with pytest.raises(ValidationError, match="a scan of this cluster is running"):
             detection.update_detection_settings("user:alice", cluster, scan_shards=2)
