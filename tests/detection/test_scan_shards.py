@@ -16,6 +16,7 @@ from detection.core.sharding import MAX_SCAN_SHARDS, shard_of
 from detection.models import AttemptMonitor, ScanShardLease, SourceCursor
 from detection.sources.config import ClusterSources
 from detection.sources.memory import MemoryLogSource, MemoryMetrics
+from recovery_console.console.tasks import dispatch_cycles
 from recovery_console.demo.runner import SimulationRunner
 from recovery_console.fleet import services
 from recovery_console.fleet.core.scheduler import ClusterSnapshot
@@ -157,3 +158,11 @@ def test_the_shard_count_does_not_change_under_a_running_scan(site) -> None:
         assert held
         with pytest.raises(ValidationError, match="a scan of this cluster is running"):
             detection.update_detection_settings("user:alice", cluster, scan_shards=2)
+
+
+def test_the_dispatcher_runs_every_shard_of_a_due_cluster(site) -> None:
+    cluster, _, job_ids = site
+    detection.update_detection_settings("user:alice", cluster, scan_shards=3)
+    dispatch_cycles.delay().get()
+    assert sorted(SourceCursor.objects.values_list("shard", flat=True)) == [0, 1, 2]
+    assert lines_seen(job_ids) == [1] * 8
