@@ -243,9 +243,7 @@ def _route_lines(
     at or before the line's time (lines written after an attempt's end, before the next one
     starts, are its late lines). A node's system-log line goes to the attempts that ran on that
     node when it was written. Lines of jobs not reported yet wait in PendingLines. Of all
-    that, a shard keeps what goes to its own jobs."""
-    if part.of > 1:
-        lines = [line for line in lines if not line.job_id or part.owns(line.job_id)]
+    that, a shard keeps what goes to its own jobs, and holds its own jobs' waiting lines."""
     job_ids = {line.job_id for line in lines if line.job_id}
     attempts_of = _attempts_of_jobs(cluster, job_ids)
     on_host = _attempts_by_host(cluster, now) if any(line.host for line in lines) else {}
@@ -257,12 +255,12 @@ def _route_lines(
             targets = [attempt_at(attempts_of[line.job_id], line.at)]
         else:
             targets = _ran_on_host_at(on_host.get(line.host or "", []), line.at)
-            targets = [a for a in targets if part.owns(a.job_id)]
-        if not targets and line.job_id:
+        if not targets and line.job_id and part.owns(line.job_id):
             orphans[line.job_id].append(line)
         for attempt in targets:
-            attempts[attempt.pk] = attempt
-            routed[attempt.pk].append(line)
+            if part.owns(attempt.job_id):
+                attempts[attempt.pk] = attempt
+                routed[attempt.pk].append(line)
     return [(attempts[pk], routed[pk]) for pk in routed], orphans
 
 
