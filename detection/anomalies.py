@@ -50,6 +50,9 @@ def record_interruption(
     found = _fields_of(interruption)
     evidence = [item.to_record() for item in interruption.evidence]
     first = interruption.first_evidence_at or now
+    # Shards of a scan may record on one attempt at once (its logs in its own shard, the
+    # scheduler's word in shard 0): the attempt's row lock makes them take turns.
+    list(Attempt.objects.select_for_update().filter(pk=attempt.pk).values_list("pk", flat=True))
     # The fleet keeps the earliest failure evidence of each attempt (time to resume runs from it).
     services.note_failure(attempt, first)
     anomaly = Anomaly.objects.select_for_update().filter(attempt=attempt, family=family).first()

@@ -4,9 +4,10 @@ update of the cluster's pages. The only writer of ``TelemetryGap`` rows."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import Q
 
 from detection.core.gaps import SourceReading, gap_reason
 from recovery_console.fleet import audit, events
@@ -24,6 +25,16 @@ def silence_counts_from(cluster: Cluster, sources: list[str]) -> datetime | None
         .order_by("-ended_at")
         .values_list("ended_at", flat=True)
         .first()
+    )
+
+
+def logs_waiting(cluster: Cluster, sources: list[str], now: datetime, settle: timedelta) -> bool:
+    """What ``update_gaps`` told the scan that keeps the gaps, for a scan that only follows
+    them: a log source is in a gap, or its gap ended within ``settle``."""
+    return (
+        TelemetryGap.objects.filter(cluster=cluster, source__in=sources)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gte=now - settle))
+        .exists()
     )
 
 

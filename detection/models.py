@@ -13,6 +13,7 @@ from detection.core.checkpoints import Resume
 from detection.core.config import DetectorConfig, InvalidDetectorSettings, build_detector_config
 from detection.core.constants import MAX_EVIDENCE
 from detection.core.interruption import Confidence, Evidence, Interruption
+from detection.core.sharding import scan_shards_problems
 from detection.core.telemetry import LogLine
 from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 from recovery_console.fleet.models import Attempt, Cluster, Workload
@@ -27,6 +28,8 @@ class SourceCursor(models.Model):
     # Bookkeeping, not history: cursors go with their cluster.
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="source_cursors")
     source = models.CharField(max_length=64)
+    # Each scan shard reads every source from its own cursor (``detection.scan``).
+    shard = models.PositiveSmallIntegerField(default=0)
     cursor = models.JSONField(default=dict, blank=True)
     healthy = models.BooleanField(default=True)
     last_error = models.TextField(blank=True)
@@ -37,11 +40,14 @@ class SourceCursor(models.Model):
 
     class Meta:
         constraints: ClassVar = [
-            models.UniqueConstraint(fields=["cluster", "source"], name="source_cursor_unique")
+            models.UniqueConstraint(
+                fields=["cluster", "source", "shard"], name="source_cursor_shard_unique"
+            )
         ]
 
     def __str__(self) -> str:
-        return f"{self.cluster}:{self.source}"
+        shard = f"#{self.shard}" if self.shard else ""
+        return f"{self.cluster}:{self.source}{shard}"
 
 
 class ResumeChoice(models.TextChoices):
@@ -86,7 +92,10 @@ class DetectionSettings(models.Model):
     hang = models.JSONField(default=dict, blank=True)
     straggler = models.JSONField(default=dict, blank=True)
     poll_seconds = models.FloatField(default=5.0)
-    # A scan holds this lease so two workers never scan one cluster at once.
+    # How many Celery tasks share a scan of the cluster, each owning the jobs that hash to it.
+    scan_shards = models.PositiveSmallIntegerField(default=1)
+    # Shard 0's scan holds this lease so two workers never run it at once (ScanShardLease for
+    # the other shards).
     scan_lease_until = models.DateTimeField(null=True, blank=True)
     # When the dispatcher next enqueues a scan (claimed with a conditional update).
     next_scan_at = models.DateTimeField(null=True, blank=True)
@@ -100,10 +109,15 @@ class DetectionSettings(models.Model):
         super().save(*args, **kwargs)
 
     def clean(self) -> None:
+        problems: dict[str, list[str]] = {}
         try:
             self.detector_config()
         except InvalidDetectorSettings as exc:
-            raise ValidationError(exc.problems) from exc
+            problems.update(exc.problems)
+        if shards := scan_shards_problems(self.scan_shards):
+            problems["scan_shards"] = shards
+        if problems:
+            raise ValidationError(problems)
 
     def detector_config(self) -> DetectorConfig:
         return build_detector_config(
@@ -113,6 +127,23 @@ class DetectionSettings(models.Model):
             straggler=self.straggler,
             poll_seconds=self.poll_seconds,
         )
+
+
+class ScanShardLease(models.Model):
+    """The lease of one scan shard (1 and up) of a cluster, so two workers never run the same
+    shard at once; a crashed worker's lease runs out and the shard's next dispatch runs it."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="scan_shard_leases")
+    shard = models.PositiveSmallIntegerField()
+    lease_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["cluster", "shard"], name="scan_shard_lease_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}: scan shard {self.shard}"
 
 
 class AnomalyFamily(models.TextChoices):

@@ -3,6 +3,13 @@ lines to the attempts they belong to, feed each attempt's detectors, and record 
 
 Every batch is stored in one transaction with the cursor it advances, so a restart neither loses
 nor repeats evidence. A lease keeps two workers from scanning one cluster at once.
+
+A large cluster's scan is split into shards (``DetectionSettings.scan_shards``), each a Celery
+task with a lease of its own. A shard owns the jobs whose id hashes to it (``core.sharding``):
+it reads every log source from a cursor of its own and keeps only its jobs' lines, so each line
+reaches each of its attempts through exactly one shard, and each attempt's monitor has one
+writer. Shard 0 also does the cluster's share that cannot be split: the metrics cursor and its
+faults, telemetry gaps, the scheduler's endings and resolving what settled.
 """
 
 from __future__ import annotations
@@ -11,15 +18,13 @@ import dataclasses
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from detection.core.config import DetectorConfig
 from detection.core.constants import DEFAULT_GPUS_PER_NODE, Role
@@ -29,6 +34,7 @@ from detection.core.detectors.scheduler import scheduler_interruption
 from detection.core.diagnosis import diagnose_lines
 from detection.core.gaps import SourceReading
 from detection.core.interruption import Evidence, HostOrigin, Interruption
+from detection.core.sharding import shard_of
 from detection.core.telemetry import Dcgm, LogLine, MetricSample
 from detection.sources.base import LogSource, SourceUnavailable
 from detection.sources.config import ClusterSources
@@ -41,11 +47,10 @@ from .models import (
     Anomaly,
     AnomalyFamily,
     AttemptMonitor,
-    DetectionSettings,
     PendingLines,
     SourceCursor,
 )
-from .services import cluster_sources, detection_settings_of
+from .services import cluster_sources, detection_settings_of, scan_lease
 
 log = logging.getLogger(__name__)
 ACTOR = "system:detection"
@@ -57,10 +62,28 @@ NODE_LINE_SLACK = timedelta(seconds=60)
 # An ended attempt the scheduler calls a failure gets an anomaly if it ended this recently.
 RECENT_ENDINGS = timedelta(days=1)
 MAX_BATCHES_PER_SCAN = 10
-SCAN_LEASE = timedelta(minutes=2)
 FAILED_JOB_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED")
 UNHEALTHY_NODE_STATES = ("DOWN", "DRAINED", "DRAINING")
 NODE_LOG_SOURCES = ("node-logs",)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard of a cluster's scan: it owns the jobs whose id hashes to ``number``."""
+
+    number: int = 0
+    of: int = 1
+
+    def owns(self, job_id: str) -> bool:
+        return shard_of(job_id, self.of) == self.number
+
+    @property
+    def leads(self) -> bool:
+        """Shard 0 does the cluster-wide part of a scan."""
+        return self.number == 0
+
+
+WHOLE = Shard()
 
 
 @dataclass
@@ -98,46 +121,41 @@ def scan_cluster(
     now: datetime,
     sources: ClusterSources | None = None,
     deadline: float | None = None,
+    shard: int = 0,
 ) -> ScanSummary:
-    """One detection cycle: read every source from its cursor, update detector state, check
-    running attempts for hangs and slowdowns, and record what was found.
+    """One detection cycle (of one shard): read every source from its cursor, update detector
+    state, check running attempts for hangs and slowdowns, and record what was found.
 
     Past ``deadline`` (``time.monotonic()``) each source stops after its first batch and the
-    rest is read next cycle from the cursor, so a busy cluster cannot hold a worker for long."""
+    rest is read next cycle from the cursor, so a busy cluster cannot hold a worker for long.
+    A shard beyond the cluster's shard count (the count was lowered) has nothing to do."""
     summary = ScanSummary()
-    with _scan_lease(cluster) as acquired:
+    settings = detection_settings_of(cluster)
+    part = Shard(shard, settings.scan_shards)
+    if shard >= part.of:
+        return summary
+    with scan_lease(settings, part.number) as acquired:
         if not acquired:
             summary.skipped = True
             return summary
-        config = detection_settings_of(cluster).detector_config()
+        config = settings.detector_config()
         sources = sources or cluster_sources(cluster)
-        _adopt_pending_lines(cluster, now, config, summary)
+        _adopt_pending_lines(cluster, now, config, summary, part)
         readings = [
-            _read_log_source(cluster, name, source, now, config, summary, deadline)
+            _read_log_source(cluster, name, source, now, config, summary, deadline, part)
             for name, source in sources.logs.items()
         ]
-        samples, metrics = _read_metrics(cluster, sources, now, summary)
+        if part.leads:
+            samples, metrics = _read_metrics(cluster, sources, now, summary)
+        else:
+            samples, metrics = _scrape_metrics(sources, now)
         # Node logs carry no job's progress: their silence says nothing of a hang.
         progress = [r for r in readings if r.name not in NODE_LOG_SOURCES]
-        _check_running_attempts(cluster, now, config, samples, progress, metrics, summary)
-        _check_ended_attempts(cluster, now, summary)
-        summary.resolved_anomalies = resolve_settled(cluster.pk, now)
+        _check_running_attempts(cluster, now, config, samples, progress, metrics, summary, part)
+        if part.leads:
+            _check_ended_attempts(cluster, now, summary)
+            summary.resolved_anomalies = resolve_settled(cluster.pk, now)
     return summary
-
-
-@contextmanager
-def _scan_lease(cluster: Cluster) -> Iterator[bool]:
-    """A conditional update claims the cluster's scan; a crashed scan's lease runs out."""
-    settings = detection_settings_of(cluster)
-    wall = timezone.now()
-    claimed = DetectionSettings.objects.filter(
-        Q(scan_lease_until__isnull=True) | Q(scan_lease_until__lt=wall), pk=settings.pk
-    ).update(scan_lease_until=wall + SCAN_LEASE)
-    try:
-        yield claimed == 1
-    finally:
-        if claimed:
-            DetectionSettings.objects.filter(pk=settings.pk).update(scan_lease_until=None)
 
 
 def _read_log_source(
@@ -148,10 +166,11 @@ def _read_log_source(
     config: DetectorConfig,
     summary: ScanSummary,
     deadline: float | None = None,
+    part: Shard = WHOLE,
 ) -> SourceReading:
     # A new source is watched from now: its silence is measured from when we began to listen.
     row, _ = SourceCursor.objects.get_or_create(
-        cluster=cluster, source=name, defaults={"newest_line_at": now}
+        cluster=cluster, source=name, shard=part.number, defaults={"newest_line_at": now}
     )
     lines = 0
     for batch_number in range(MAX_BATCHES_PER_SCAN):
@@ -165,7 +184,7 @@ def _read_log_source(
             _mark_unhealthy(row, exc, summary)
             return SourceReading(name, reachable=False, error=str(exc))
         with transaction.atomic():
-            _process_lines(cluster, batch.lines, now, config, summary)
+            _process_lines(cluster, batch.lines, now, config, summary, part)
             row.cursor, row.healthy, row.last_error, row.last_success_at = (
                 batch.cursor,
                 True,
@@ -202,8 +221,9 @@ def _process_lines(
     now: datetime,
     config: DetectorConfig,
     summary: ScanSummary,
+    part: Shard = WHOLE,
 ) -> None:
-    by_attempt, orphans = _route_lines(cluster, lines, now)
+    by_attempt, orphans = _route_lines(cluster, lines, now, part)
     for job_id, job_lines in orphans.items():
         PendingLines.hold(cluster, job_id, job_lines)
     # One load and one bulk save for the whole batch, in the batch's transaction.
@@ -217,12 +237,13 @@ def _process_lines(
 
 
 def _route_lines(
-    cluster: Cluster, lines: Sequence[LogLine], now: datetime
+    cluster: Cluster, lines: Sequence[LogLine], now: datetime, part: Shard = WHOLE
 ) -> tuple[list[tuple[Attempt, list[LogLine]]], dict[str, list[LogLine]]]:
     """Each job line goes to the attempt of its job that produced it: the last one to start
     at or before the line's time (lines written after an attempt's end, before the next one
     starts, are its late lines). A node's system-log line goes to the attempts that ran on that
-    node when it was written. Lines of jobs not reported yet wait in PendingLines."""
+    node when it was written. Lines of jobs not reported yet wait in PendingLines. Of all
+    that, a shard keeps what goes to its own jobs, and holds its own jobs' waiting lines."""
     job_ids = {line.job_id for line in lines if line.job_id}
     attempts_of = _attempts_of_jobs(cluster, job_ids)
     on_host = _attempts_by_host(cluster, now) if any(line.host for line in lines) else {}
@@ -234,11 +255,12 @@ def _route_lines(
             targets = [attempt_at(attempts_of[line.job_id], line.at)]
         else:
             targets = _ran_on_host_at(on_host.get(line.host or "", []), line.at)
-        if not targets and line.job_id:
+        if not targets and line.job_id and part.owns(line.job_id):
             orphans[line.job_id].append(line)
         for attempt in targets:
-            attempts[attempt.pk] = attempt
-            routed[attempt.pk].append(line)
+            if part.owns(attempt.job_id):
+                attempts[attempt.pk] = attempt
+                routed[attempt.pk].append(line)
     return [(attempts[pk], routed[pk]) for pk in routed], orphans
 
 
@@ -291,19 +313,21 @@ def _attempts_by_host(cluster: Cluster, now: datetime) -> dict[str, list[Attempt
 
 
 def _adopt_pending_lines(
-    cluster: Cluster, now: datetime, config: DetectorConfig, summary: ScanSummary
+    cluster: Cluster, now: datetime, config: DetectorConfig, summary: ScanSummary, part: Shard
 ) -> None:
     """Lines that arrived before the scheduler reported their job join its attempt once it is
-    known; lines of a job never reported within LATE_LINES are dropped (and said so)."""
+    known; lines of a job never reported within LATE_LINES are dropped (and said so). A shard
+    adopts its own jobs' lines only: it is the one that held them."""
     pending = PendingLines.objects.filter(cluster=cluster)
     if not pending.exists():
         return
-    known = _attempts_of_jobs(cluster, pending.values_list("job_id", flat=True))
-    for job_id in pending.values_list("job_id", flat=True):
+    job_ids = [j for j in pending.values_list("job_id", flat=True) if part.owns(j)]
+    known = _attempts_of_jobs(cluster, job_ids)
+    for job_id in job_ids:
         with transaction.atomic():
             lines = PendingLines.take(cluster, job_id)
             if job_id in known:
-                _process_lines(cluster, lines, now, config, summary)
+                _process_lines(cluster, lines, now, config, summary, part)
             elif lines and now - lines[0].at < LATE_LINES:
                 PendingLines.hold(cluster, job_id, lines)
             else:
@@ -458,6 +482,19 @@ def _read_metrics(
     return list(scrape.samples), SourceReading("metrics", reachable=True)
 
 
+def _scrape_metrics(
+    sources: ClusterSources, now: datetime
+) -> tuple[list[MetricSample], SourceReading | None]:
+    """The samples alone, for a shard's own attempts: shard 0 keeps the metrics cursor and
+    records the faults it shows, and says when the source is down."""
+    if sources.metrics is None:
+        return [], None
+    try:
+        return list(sources.metrics.scrape(now).samples), SourceReading("metrics", reachable=True)
+    except SourceUnavailable as exc:
+        return [], SourceReading("metrics", reachable=False, error=str(exc))
+
+
 def _record_metric_fault(
     cluster: Cluster, fault: Interruption, now: datetime, summary: ScanSummary
 ) -> None:
@@ -478,10 +515,16 @@ def _check_running_attempts(
     progress_sources: list[SourceReading],
     metrics: SourceReading | None,
     summary: ScanSummary,
+    part: Shard = WHOLE,
 ) -> None:
-    """Hangs, slowdowns and divergence of the running attempts, once the cycle knows whether
-    its telemetry is in a gap: then silence and slowness wait, and the gap is what is told."""
+    """Hangs, slowdowns and divergence of the (shard's) running attempts, once the cycle knows
+    whether its telemetry is in a gap: then silence and slowness wait, and the gap is what is
+    told. Shard 0 opens and closes gaps, from its own jobs (a fair sample: jobs hash evenly);
+    the other shards follow the gaps it keeps."""
     running = Attempt.objects.filter(cluster=cluster, state="RUNNING", ended_at__isnull=True)
+    if part.of > 1:
+        owned = [a.pk for a in running.only("pk", "job_id") if part.owns(a.job_id)]
+        running = running.filter(pk__in=owned)
     interrupted = set(
         Anomaly.objects.filter(attempt__in=running, family=AnomalyFamily.INTERRUPTION).values_list(
             "attempt_id", flat=True
@@ -509,7 +552,14 @@ def _check_running_attempts(
             monitor.save()  # most scans change nothing for most running attempts
         verdicts.append((attempt, monitor, found))
     overdue = [v.overdue for _, _, v in verdicts if v.overdue is not None]
-    logs_wait = gaps.update_gaps(cluster, now, progress_sources, metrics, overdue, len(verdicts))
+    if part.leads:
+        logs_wait = gaps.update_gaps(
+            cluster, now, progress_sources, metrics, overdue, len(verdicts)
+        )
+    else:
+        # A gap shard 0 closed this cycle holds back this shard's verdicts a cycle or two.
+        settle = timedelta(seconds=2 * config.poll_seconds)
+        logs_wait = gaps.logs_waiting(cluster, [r.name for r in progress_sources], now, settle)
     for attempt, monitor, found in verdicts:
         hang, slow = found.hang, found.slow
         if logs_wait:

@@ -272,10 +272,18 @@ def _sources() -> Iterator[Metric]:
         labels=["cluster", "source"],
     )
     rows = SourceCursor.objects.values_list("cluster__name", "source", "healthy", "last_success_at")
+    # A sharded scan keeps a cursor per shard: a source is as healthy and as recent as its
+    # worst shard, one series each.
+    worst: dict[tuple[str, str], tuple[bool, float | None]] = {}
     for cluster, source, ok, last in rows:
+        stamp = None if last is None else last.timestamp()
+        seen_ok, seen_last = worst.get((cluster, source), (True, stamp))
+        older = [t for t in (seen_last, stamp) if t is not None]
+        worst[cluster, source] = (seen_ok and ok, min(older) if older else None)
+    for (cluster, source), (ok, stamp) in worst.items():
         healthy.add_metric([cluster, source], 1.0 if ok else 0.0)
-        if last is not None:
-            success.add_metric([cluster, source], last.timestamp())
+        if stamp is not None:
+            success.add_metric([cluster, source], stamp)
     gap = GaugeMetricFamily(
         f"{PREFIX}_telemetry_gap_open",
         "1 while the source is in a telemetry gap (unreachable, silent or late): hang and "

@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.template.defaultfilters import filesizeformat
 
 from detection.core.constants import DEFAULT_GPUS_PER_NODE
+from detection.core.sharding import MAX_SCAN_SHARDS, MIN_SCAN_SHARDS
 from recovery_console.fleet import throttle
 from recovery_console.fleet.core.outbound import redacted
 from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
@@ -84,7 +85,14 @@ def _pretty(value: Any) -> str:
 
 # Which service each field goes to: the cluster's, or the detector's.
 CLUSTER_FIELDS = ("partitions_allowlist", "policy")
-DETECTION_FIELDS = ("signatures", "progress_pattern", "hang", "straggler", "poll_seconds")
+DETECTION_FIELDS = (
+    "signatures",
+    "progress_pattern",
+    "hang",
+    "straggler",
+    "poll_seconds",
+    "scan_shards",
+)
 
 
 class ClusterDocumentsForm(forms.Form):
@@ -153,6 +161,13 @@ class ClusterSettingsForm(ClusterDocumentsForm):
         widget=forms.Textarea(attrs={**JSON_ATTRS, "rows": 5}),
     )
     poll_seconds = forms.FloatField(label="Poll interval (seconds)", min_value=0)
+    scan_shards = forms.IntegerField(
+        label="Scan shards",
+        min_value=MIN_SCAN_SHARDS,
+        max_value=MAX_SCAN_SHARDS,
+        help_text="How many Celery tasks share each scan of this cluster (1 for most clusters; "
+        "see the README on sizing workers).",
+    )
 
     @classmethod
     def initial_from(cls, cluster: Cluster, detection: Any) -> dict[str, Any]:
@@ -164,6 +179,7 @@ class ClusterSettingsForm(ClusterDocumentsForm):
             "hang": _pretty(detection.hang) if detection.hang else "",
             "straggler": _pretty(detection.straggler) if detection.straggler else "",
             "poll_seconds": detection.poll_seconds,
+            "scan_shards": detection.scan_shards,
         }
 
     def clean_signatures(self) -> list[Any]:

@@ -6,6 +6,10 @@ telemetry within a time budget (what is left is read next cycle), then advises o
 So a busy cluster holds at most one worker process at a time, for about its budget, and its
 cycles never pile up in the queue ahead of other clusters'.
 
+A large cluster's scan may be split into shards (its ``scan_shards`` detection setting): then
+``run_cycle`` scans shard 0 and advises, and one ``run_scan_shard`` per further shard scans the
+others, each on whichever worker takes it, each with a queue lease and a scan lease of its own.
+
 Each task has an explicit name: the beat schedule and queued messages refer to tasks by name,
 so moving a module must not orphan them.
 """
@@ -34,8 +38,8 @@ from .notifications import delivery as notifications
 DISPATCH_EXPIRES_SECONDS = 5
 
 
-def cycle_lease(cluster_id: int) -> str:
-    return f"cycle-lease:{cluster_id}"
+def cycle_lease(cluster_id: int, shard: int = 0) -> str:
+    return f"cycle-lease:{cluster_id}" if shard == 0 else f"cycle-lease:{cluster_id}:{shard}"
 
 
 # Beat sends one a second: one that waited longer than that behind busy workers is dropped
@@ -48,6 +52,9 @@ def dispatch_cycles() -> str:
         if cache.add(cycle_lease(cluster_id), "queued", settings.CYCLE_LEASE_SECONDS):
             run_cycle.delay(cluster_id)
             enqueued += 1
+        for shard in range(1, detection.scan_shards_of(cluster_id)):
+            if cache.add(cycle_lease(cluster_id, shard), "queued", settings.CYCLE_LEASE_SECONDS):
+                run_scan_shard.delay(cluster_id, shard)
     return f"{enqueued} cycles enqueued"
 
 
@@ -65,6 +72,18 @@ def run_cycle(cluster_id: int) -> str:
     finally:
         cache.delete(cycle_lease(cluster_id))
     return f"{cluster.name}: {scanned}; {advised} advice"
+
+
+@shared_task(name="recovery_console.run_scan_shard")
+def run_scan_shard(cluster_id: int, shard: int) -> str:
+    """One shard (1 and up) of a cluster's scan; advice follows from shard 0's cycle."""
+    try:
+        cluster = Cluster.objects.get(pk=cluster_id)
+        deadline = time.monotonic() + settings.CYCLE_BUDGET_SECONDS
+        scanned = scan.scan_cluster(cluster, timezone.now(), deadline=deadline, shard=shard)
+    finally:
+        cache.delete(cycle_lease(cluster_id, shard))
+    return f"{cluster.name} shard {shard}: {scanned}"
 
 
 # Acknowledged once done: a worker lost mid-task leaves the snapshot queued, not dropped.

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,14 @@ def worker_log(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def worker(broker: RedisServer, worker_log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with running_worker(broker, worker_log) as process:
+        yield process
+
+
+@contextmanager
+def running_worker(
+    broker: RedisServer, log: Path, name: str = ""
+) -> Iterator[subprocess.Popen[bytes]]:
     """The worker unit's command line, on the test's Redis and the test database."""
     db = connection.settings_dict
     assert db["ENGINE"] == "django.db.backends.mysql", (
@@ -88,7 +97,6 @@ def worker(broker: RedisServer, worker_log: Path) -> Iterator[subprocess.Popen[b
     )
     args = shlex.split(exec_start.removeprefix("ExecStart="))
     assert Path(args[0]).name == "celery"
-    log = worker_log
     env = {
         "PATH": "/usr/bin:/bin",
         "DJANGO_SETTINGS_MODULE": "recovery_console.settings",
@@ -99,9 +107,10 @@ def worker(broker: RedisServer, worker_log: Path) -> Iterator[subprocess.Popen[b
         ),
         "CHANNEL_LAYER": "memory",
     }
+    named = ["--hostname", f"{name}@%h"] if name else []
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", *args[1:], "--concurrency", "1"],
+            [sys.executable, "-m", "celery", *args[1:], "--concurrency", "1", *named],
             cwd=ROOT,
             env=env,
             stdout=out,

@@ -143,6 +143,25 @@ def test_source_health_and_controller_heartbeats_are_exported(cluster) -> None:
     assert info[labels(**dict(c1), version="1.0", transport="ssh")] == 1.0
 
 
+def test_a_sharded_source_is_one_series_as_healthy_and_recent_as_its_worst_shard(cluster) -> None:
+    now = timezone.now()
+    for shard, healthy, ago in ((0, True, 5), (1, False, 60), (2, True, 10)):
+        SourceCursor.objects.create(
+            cluster=cluster,
+            source="logs",
+            shard=shard,
+            healthy=healthy,
+            last_success_at=now - timedelta(seconds=ago),
+        )
+    metrics = scrape()
+    assert metrics["recovery_console_source_healthy"] == {
+        labels(cluster="research", source="logs"): 0.0
+    }
+    assert metrics["recovery_console_source_last_success_timestamp_seconds"] == {
+        labels(cluster="research", source="logs"): pytest.approx(now.timestamp() - 60)
+    }
+
+
 def test_the_mode_and_the_agreement_are_exported(cluster) -> None:
     Cluster.objects.filter(pk=cluster.pk).update(mode=ClusterMode.ACTION)
     other = services.create_cluster("user:root", "other")

@@ -289,6 +289,7 @@ def settings_form(**changes: str) -> dict[str, str]:
         "hang": "",
         "straggler": "",
         "poll_seconds": "5",
+        "scan_shards": "1",
     }
     return form | changes
 

@@ -51,9 +51,9 @@ def reference_parse_progress(text: str, custom: Any | None = None) -> progress.P
     return None
 
 
-def reference_process_lines(cluster, lines, now, config, summary) -> None:
+def reference_process_lines(cluster, lines, now, config, summary, part=scan.WHOLE) -> None:
     """One load and one save of each attempt's monitor per batch, as the scan did."""
-    by_attempt, orphans = scan._route_lines(cluster, lines, now)
+    by_attempt, orphans = scan._route_lines(cluster, lines, now, part)
     for job_id, job_lines in orphans.items():
         PendingLines.hold(cluster, job_id, job_lines)
     for attempt, attempt_lines in by_attempt:

@@ -130,6 +130,7 @@ def test_the_settings_page_cannot_weaken_the_gate_alone(cluster, people) -> None
         "hang": "",
         "straggler": "",
         "poll_seconds": "5",
+        "scan_shards": "1",
     }
     response = client.post("/clusters/research/settings/", form)
     assert response.status_code == 302
