@@ -37,6 +37,23 @@ def site(tmp_path: Path):
     return cluster, logs / "slurm-9001.out", job
 
 
+def with_node_logs(tmp_path: Path, name: str):
+    """A cluster reading job output files and each node's system log, as at a real site."""
+    logs, node_logs = tmp_path / "slurm-logs", tmp_path / "nodes"
+    logs.mkdir()
+    node_logs.mkdir()
+    cluster = services.create_cluster(
+        "user:alice",
+        name,
+        telemetry={
+            "logs": {"type": "files", "path": str(logs), "node_logs_path": str(node_logs)},
+            "metrics": {"type": "none"},
+        },
+        scheduler={"backend": "slurm"},
+    )
+    return cluster, logs, node_logs
+
+
 def append(path: Path, text: str) -> None:
     with path.open("a") as handle:
         handle.write(text)
@@ -193,18 +210,7 @@ def test_the_dispatch_task_runs_a_cycle_of_each_due_cluster(site) -> None:
 def test_a_job_that_falls_silent_after_a_link_of_its_node_went_down_hangs_because_of_it(
     tmp_path: Path,
 ) -> None:
-    logs, node_logs = tmp_path / "slurm-logs", tmp_path / "nodes"
-    logs.mkdir()
-    node_logs.mkdir()
-    cluster = services.create_cluster(
-        "user:alice",
-        "fabric",
-        telemetry={
-            "logs": {"type": "files", "path": str(logs), "node_logs_path": str(node_logs)},
-            "metrics": {"type": "none"},
-        },
-        scheduler={"backend": "slurm"},
-    )
+    cluster, logs, node_logs = with_node_logs(tmp_path, "fabric")
     job = JobRecordFactory(job_id="9101", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
     services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
     output = logs / "slurm-9101.out"
@@ -232,18 +238,7 @@ def test_a_job_that_falls_silent_after_a_link_of_its_node_went_down_hangs_becaus
 def test_a_kernel_error_after_a_job_ended_is_the_next_jobs_not_evidence_against_it(
     tmp_path: Path,
 ) -> None:
-    logs, node_logs = tmp_path / "slurm-logs", tmp_path / "nodes"
-    logs.mkdir()
-    node_logs.mkdir()
-    cluster = services.create_cluster(
-        "user:alice",
-        "reuse",
-        telemetry={
-            "logs": {"type": "files", "path": str(logs), "node_logs_path": str(node_logs)},
-            "metrics": {"type": "none"},
-        },
-        scheduler={"backend": "slurm"},
-    )
+    cluster, logs, node_logs = with_node_logs(tmp_path, "reuse")
     nodes = ("gpu-node-001", "gpu-node-002")
     ended = T0 + timedelta(minutes=10)
     first = JobRecordFactory(
@@ -272,18 +267,7 @@ def test_a_kernel_error_after_a_job_ended_is_the_next_jobs_not_evidence_against_
 
 
 def test_a_slowdown_after_one_nodes_link_flapped_names_that_node(tmp_path: Path) -> None:
-    logs, node_logs = tmp_path / "slurm-logs", tmp_path / "nodes"
-    logs.mkdir()
-    node_logs.mkdir()
-    cluster = services.create_cluster(
-        "user:alice",
-        "degraded",
-        telemetry={
-            "logs": {"type": "files", "path": str(logs), "node_logs_path": str(node_logs)},
-            "metrics": {"type": "none"},
-        },
-        scheduler={"backend": "slurm"},
-    )
+    cluster, logs, node_logs = with_node_logs(tmp_path, "degraded")
     job = JobRecordFactory(job_id="9301", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
     services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
     output = logs / "slurm-9301.out"
