@@ -97,6 +97,14 @@ class ReadOnlyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, RoleView
     pass
 
 
+# A settings change that waits for a second person.
+PENDING_APPROVAL = OpenApiResponse(
+    s.PolicyChangeRequestSerializer,
+    description="not applied yet: a second person with the approver role must approve the "
+    "request (it touches the approval gate, or the cluster acts)",
+)
+
+
 class ClusterViewSet(ReadOnlyViewSet):
     """Clusters: their mode, policy, allowlist and connections."""
 
@@ -137,11 +145,7 @@ class ClusterViewSet(ReadOnlyViewSet):
         request=s.ClusterRegistrationSerializer,
         responses={
             200: s.ClusterSerializer,
-            202: OpenApiResponse(
-                s.PolicyChangeRequestSerializer,
-                description="not applied yet: a second person with the approver role must "
-                "approve the request (it touches the approval gate, or the cluster acts)",
-            ),
+            202: PENDING_APPROVAL,
             400: OpenApiResponse(description="the problems, by field"),
             **REFUSED,
         },
@@ -178,11 +182,7 @@ class ClusterViewSet(ReadOnlyViewSet):
         request=s.ClusterSettingsSerializer,
         responses={
             200: s.ClusterSerializer,
-            202: OpenApiResponse(
-                s.PolicyChangeRequestSerializer,
-                description="not applied yet: a second person with the approver role must "
-                "approve the request (it touches the approval gate, or the cluster acts)",
-            ),
+            202: PENDING_APPROVAL,
             400: OpenApiResponse(description="the problems"),
             **REFUSED,
         },
