@@ -12,6 +12,7 @@ from detection.models import AttemptMonitor
 from recovery_console.fleet import services
 from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState
 from recovery_console.fleet.models import AuditEntry
+from tests.detection.sites import files_cluster
 from tests.factories import JobRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -30,14 +31,7 @@ FRESH = (
 
 @pytest.fixture
 def site(tmp_path: Path):
-    logs = tmp_path / "slurm-logs"
-    logs.mkdir()
-    cluster = services.create_cluster(
-        "user:alice",
-        "site",
-        telemetry={"logs": {"type": "files", "path": str(logs)}, "metrics": {"type": "none"}},
-        scheduler={"backend": "slurm"},
-    )
+    cluster, logs, _ = files_cluster(tmp_path)
     job = JobRecordFactory(job_id="9001", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
     services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
     return cluster, logs / "slurm-9001.out", job

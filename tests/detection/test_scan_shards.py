@@ -20,6 +20,7 @@ from recovery_console.console.tasks import dispatch_cycles
 from recovery_console.demo.runner import SimulationRunner
 from recovery_console.fleet import services
 from recovery_console.fleet.core.scheduler import ClusterSnapshot
+from tests.detection.sites import files_cluster
 from tests.factories import JobRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -92,14 +93,7 @@ def test_a_scan_split_in_three_keeps_what_one_scan_keeps() -> None:
 
 @pytest.fixture
 def site(tmp_path: Path) -> tuple[Any, Path, list[str]]:
-    logs = tmp_path / "slurm-logs"
-    logs.mkdir()
-    cluster = services.create_cluster(
-        "user:alice",
-        "site",
-        telemetry={"logs": {"type": "files", "path": str(logs)}, "metrics": {"type": "none"}},
-        scheduler={"backend": "slurm"},
-    )
+    cluster, logs, _ = files_cluster(tmp_path)
     jobs = [JobRecordFactory(job_id=str(9000 + n), start_time=T0) for n in range(8)]
     services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, tuple(jobs), ()))
     for job in jobs:

@@ -14,6 +14,7 @@ from recovery_console.console.tasks import dispatch_cycles
 from recovery_console.fleet import services
 from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState
 from recovery_console.fleet.models import AuditEntry
+from tests.detection.sites import files_cluster
 from tests.factories import JobRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -24,34 +25,10 @@ CUDA_ECC = "[rank9]: RuntimeError: CUDA error: uncorrectable ECC error encounter
 
 @pytest.fixture
 def site(tmp_path: Path):
-    logs = tmp_path / "slurm-logs"
-    logs.mkdir()
-    cluster = services.create_cluster(
-        "user:alice",
-        "site",
-        telemetry={"logs": {"type": "files", "path": str(logs)}, "metrics": {"type": "none"}},
-        scheduler={"backend": "slurm"},
-    )
+    cluster, logs, _ = files_cluster(tmp_path)
     job = JobRecordFactory(job_id="9001", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
     services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
     return cluster, logs / "slurm-9001.out", job
-
-
-def with_node_logs(tmp_path: Path, name: str):
-    """A cluster reading job output files and each node's system log, as at a real site."""
-    logs, node_logs = tmp_path / "slurm-logs", tmp_path / "nodes"
-    logs.mkdir()
-    node_logs.mkdir()
-    cluster = services.create_cluster(
-        "user:alice",
-        name,
-        telemetry={
-            "logs": {"type": "files", "path": str(logs), "node_logs_path": str(node_logs)},
-            "metrics": {"type": "none"},
-        },
-        scheduler={"backend": "slurm"},
-    )
-    return cluster, logs, node_logs
 
 
 def append(path: Path, text: str) -> None:
@@ -210,7 +187,7 @@ def test_the_dispatch_task_runs_a_cycle_of_each_due_cluster(site) -> None:
 def test_a_job_that_falls_silent_after_a_link_of_its_node_went_down_hangs_because_of_it(
     tmp_path: Path,
 ) -> None:
-    cluster, logs, node_logs = with_node_logs(tmp_path, "fabric")
+    cluster, logs, node_logs = files_cluster(tmp_path, "fabric", node_logs=True)
     job = JobRecordFactory(job_id="9101", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
     services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
     output = logs / "slurm-9101.out"
@@ -238,7 +215,7 @@ def test_a_job_that_falls_silent_after_a_link_of_its_node_went_down_hangs_becaus
 def test_a_kernel_error_after_a_job_ended_is_the_next_jobs_not_evidence_against_it(
     tmp_path: Path,
 ) -> None:
-    cluster, logs, node_logs = with_node_logs(tmp_path, "reuse")
+    cluster, logs, node_logs = files_cluster(tmp_path, "reuse", node_logs=True)
     nodes = ("gpu-node-001", "gpu-node-002")
     ended = T0 + timedelta(minutes=10)
     first = JobRecordFactory(
@@ -267,7 +244,7 @@ def test_a_kernel_error_after_a_job_ended_is_the_next_jobs_not_evidence_against_
 
 
 def test_a_slowdown_after_one_nodes_link_flapped_names_that_node(tmp_path: Path) -> None:
-    cluster, logs, node_logs = with_node_logs(tmp_path, "degraded")
+    cluster, logs, node_logs = files_cluster(tmp_path, "degraded", node_logs=True)
     job = JobRecordFactory(job_id="9301", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
     services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
     output = logs / "slurm-9301.out"

@@ -12,6 +12,7 @@ from recovery_console.console.notifications.delivery import events_of
 from recovery_console.fleet import services
 from recovery_console.fleet.core.scheduler import ClusterSnapshot
 from recovery_console.fleet.models import AuditEntry
+from tests.detection.sites import files_cluster
 from tests.factories import JobRecordFactory
 
 pytestmark = pytest.mark.django_db
@@ -22,14 +23,7 @@ JOBS = ("7001", "7002", "7003")
 
 @pytest.fixture
 def site(tmp_path: Path):
-    logs = tmp_path / "slurm-logs"
-    logs.mkdir()
-    cluster = services.create_cluster(
-        "user:alice",
-        "site",
-        telemetry={"logs": {"type": "files", "path": str(logs)}, "metrics": {"type": "none"}},
-        scheduler={"backend": "slurm"},
-    )
+    cluster, logs, _ = files_cluster(tmp_path)
     jobs = tuple(
         JobRecordFactory(job_id=job, nodes=(f"gpu-node-0{i}",), start_time=T0)
         for i, job in enumerate(JOBS)
