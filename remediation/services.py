@@ -24,7 +24,7 @@ from recovery_console.fleet.core.taxonomy import Action
 from recovery_console.fleet.models import Attempt, Cluster, ClusterMode, Node
 from remediation.core.attribution import AttemptView, pci_key
 from remediation.core.decisions import Decision
-from remediation.core.incident import History, Incident
+from remediation.core.incident import History, Incident, restarts_since_progress
 from remediation.core.isolation import isolated_since, strikes_since
 from remediation.core.policy import InvalidPolicy, Policy, parse_policy
 from remediation.core.verdict import Verdict, judge
@@ -197,8 +197,11 @@ def _history(
         )
     )
     steps = dict(
-        AttemptMonitor.objects.filter(attempt__in=earlier).values_list("attempt_id", "last_step")
+        AttemptMonitor.objects.filter(attempt__in=[*earlier, attempt]).values_list(
+            "attempt_id", "last_step"
+        )
     )
+    reached = steps.pop(attempt.pk, None)
     health = list(NodeHealth.objects.filter(cluster=cluster))
     strike_since = now - timedelta(hours=policy.strike_window_hours)
     breaker_since = now - timedelta(minutes=policy.circuit_breaker_window_minutes)
@@ -214,7 +217,7 @@ def _history(
         for h in health
     }
     return History(
-        restarts=len(earlier),
+        restarts=restarts_since_progress([steps.get(a.pk) for a in earlier], reached),
         root_causes=tuple((causes[a.pk], steps.get(a.pk)) for a in earlier if a.pk in causes),
         excluded=tuple(sorted(_still_excluded(attempt, health))),
         strikes=strikes,
@@ -249,12 +252,14 @@ def _would_isolate_since(health: NodeHealth, since: datetime) -> bool:
 
 
 def _still_excluded(attempt: Attempt, health: list[NodeHealth]) -> set[str]:
-    """Nodes earlier advice excluded from this workload, and every drained node."""
+    """Nodes earlier advice excluded from this workload, unless a person released them since
+    (repaired, they are no longer suspect), and every drained node."""
+    released = {h.name: h.released_at for h in health if h.released_at is not None}
     excluded: set[str] = set()
-    for nodes in Advice.objects.filter(workload=attempt.workload).values_list(
-        "exclude_nodes", flat=True
+    for nodes, decided_at in Advice.objects.filter(workload=attempt.workload).values_list(
+        "exclude_nodes", "decided_at"
     ):
-        excluded.update(nodes)
+        excluded.update(n for n in nodes if not (n in released and released[n] > decided_at))
     return excluded | {h.name for h in health if h.state == NodeHealthState.DRAINED}
 
 
@@ -679,13 +684,16 @@ def _mark_excluded(advice: Advice, nodes: list[str], at: datetime) -> None:
 
 
 @transaction.atomic
-def release_node(actor: str, cluster: Cluster, name: str, reason: str) -> NodeHealth:
+def release_node(
+    actor: str, cluster: Cluster, name: str, reason: str, *, now: datetime | None = None
+) -> NodeHealth:
     """A person returns a drained or suspect node to service; the reason is required. A node
-    our drain took out of Slurm is resumed there by the controller (``pending_resumes``)."""
+    our drain took out of Slurm is resumed there by the controller (``pending_resumes``), and
+    workloads that excluded it before may use it again."""
     if not reason.strip():
         raise ValueError("releasing a node needs a reason")
     health = NodeHealth.objects.select_for_update().get(cluster=cluster, name=name)
-    previous, now = health.state, timezone.now()
+    previous, now = health.state, now or timezone.now()
     health.state, health.released_at, health.released_by = NodeHealthState.HEALTHY, now, actor
     health.release_reason, health.strikes, health.would_isolate = reason, [], []
     resume = previous == NodeHealthState.DRAINED and bool(health.slurm_reason)

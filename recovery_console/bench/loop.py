@@ -45,6 +45,11 @@ FIRST_JOB_ID = 4200
 # drain. The run packs weeks of faults into hours, so repairs are quick too; without them the
 # drained nodes fill the circuit breaker's budget for good and nothing can be isolated again.
 REPAIR_S = 2 * 3600.0
+# The circuit breaker's window (policy default: 60 minutes) shrinks by the same factor as the
+# run packs faults (its fault rate over the simulator's default): the breaker then sees as many
+# exclusions per window as it would on a real cluster of this size. Unscaled, the packed faults
+# trip it every hour and jobs go back onto nodes known to be bad. The policy's floor is a minute.
+BREAKER_WINDOW_MINUTES = 60.0
 # Checked once a simulated minute: repairs need no finer timing.
 REPAIR_EVERY_STEPS = 12
 REPAIRER = "system:bench-repairs"
@@ -64,6 +69,11 @@ class LoopSpec:
     hours: float
     fault_rate: float
     detection: bool = True
+
+    @property
+    def breaker_window_minutes(self) -> float:
+        packing = self.fault_rate / SimulationConfig.fault_rate if self.fault_rate > 0 else 1.0
+        return round(max(1.0, BREAKER_WINDOW_MINUTES / max(packing, 1.0)), 2)
 
     @property
     def steps(self) -> int:
@@ -100,9 +110,14 @@ def enter_action_mode(cluster: Cluster) -> None:
     cluster.save()
 
 
-def simulated_cluster(name: str, simulation: dict[str, Any]) -> Cluster:
+def simulated_cluster(
+    name: str, simulation: dict[str, Any], policy: dict[str, Any] | None = None
+) -> Cluster:
     cluster = services.create_cluster(
-        ACTOR, name, scheduler={"backend": "simulated", "simulation": simulation}
+        ACTOR,
+        name,
+        scheduler={"backend": "simulated", "simulation": simulation},
+        policy=policy or {},
     )
     enter_action_mode(cluster)
     return cluster
@@ -110,7 +125,8 @@ def simulated_cluster(name: str, simulation: dict[str, Any]) -> Cluster:
 
 def run_loop(spec: LoopSpec, tick: Tick) -> LoopOutcome:
     """Run the loop for ``spec.hours`` of simulated time, one poll interval at a time."""
-    cluster = simulated_cluster("bench-loop", spec.simulation())
+    policy = {"circuit_breaker_window_minutes": spec.breaker_window_minutes}
+    cluster = simulated_cluster("bench-loop", spec.simulation(), policy)
     runner = SimulationRunner(cluster, start=START, in_process=True)
     controller = runner.controller()
     repaired = 0
@@ -149,7 +165,13 @@ def repair_drained(cluster: Cluster, runner: SimulationRunner) -> int:
         # A node already back in service (it rebooted, or someone resumed it) needs no resume.
         with suppress(SchedulerError):
             runner.simulator.scheduler.resume(name)
-        release_node(REPAIRER, cluster, name, "repaired by the site's hardware team (benchmark)")
+        release_node(
+            REPAIRER,
+            cluster,
+            name,
+            "repaired by the site's hardware team (benchmark)",
+            now=runner.now,
+        )
     return len(names)
 
 

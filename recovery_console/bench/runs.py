@@ -276,6 +276,7 @@ def document(
             "circuit_breaker_refusals": outcome.circuit_breaker_refusals,
             "repaired_nodes": outcome.repaired_nodes,
             "repair_after_s": loop.REPAIR_S,
+            "circuit_breaker_window_minutes": spec.breaker_window_minutes,
         },
         "confusion": scoring.confusion(scored),
         "runs": _runs(options, spec, outcome, scored),

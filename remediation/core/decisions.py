@@ -226,7 +226,10 @@ def _count(value: object) -> int | None:
 
 def _bound_reason(incident: Incident, history: History, limits: Limits) -> str:
     if history.restarts >= limits.max_restarts_per_workload:
-        return f"the workload has used its {limits.max_restarts_per_workload} restarts"
+        return (
+            f"the workload was restarted {history.restarts} times without getting further "
+            f"(limit {limits.max_restarts_per_workload})"
+        )
     retries = retries_without_progress(history.root_causes, incident.root_cause, incident.step)
     if retries >= limits.max_retries_per_root_cause:
         return (
@@ -237,6 +240,13 @@ def _bound_reason(incident: Incident, history: History, limits: Limits) -> str:
 
 
 def _bound_fix(incident: Incident) -> str:
+    if incident.node_local and incident.hosts:
+        # The job is not what failed: the node is, and it could not be taken out.
+        hosts = ", ".join(incident.hosts)
+        return (
+            f"the failures come from {hosts}, which stayed in service (the circuit breaker, or "
+            "a suspicion too weak to act on): repair or drain it, then resubmit"
+        )
     return (
         f"look into the repeated {category_words(incident.category)} before resubmitting: "
         "restarts did not get the workload further"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
@@ -31,6 +31,8 @@ class Incident:
 class History:
     """The workload's past, as far as the policy needs it.
 
+    ``restarts`` counts the restarts since the workload last got further (an attempt that
+    reached a later step than every attempt before it; see ``restarts_since_progress``);
     ``root_causes`` lists the root cause of each earlier interrupted attempt with the step it had
     reached, oldest first; ``strikes`` counts each node's strikes within the strike window
     (before this incident); ``isolated`` are the nodes excluded or drained cluster-wide within
@@ -42,3 +44,18 @@ class History:
     strikes: Mapping[str, int] = field(default_factory=dict)
     isolated: tuple[str, ...] = ()
     cluster_nodes: int = 0
+
+
+def restarts_since_progress(earlier: Sequence[int | None], current: int | None) -> int:
+    """How many restarts ago the workload last got further: ``earlier`` are the last steps of
+    its earlier attempts, oldest first, ``current`` the failing attempt's (None: unknown).
+
+    A long run meets many unrelated failures and gets further after each; only restarts that
+    got nowhere count toward the workload's cap. Without any step seen, every restart counts."""
+    steps = [*earlier, current]
+    best: int | None = None
+    latest_progress = 0
+    for index, step in enumerate(steps):
+        if step is not None and (best is None or step > best):
+            best, latest_progress = step, index
+    return len(steps) - 1 - latest_progress

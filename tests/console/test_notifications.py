@@ -125,7 +125,7 @@ def test_a_stop_advice_reaches_the_webhook_as_json_with_slack_text(
     assert body["event"] == "stop"
     assert body["text"] == (
         "[research] Stop advised for job 100 attempt 0 of llama (gpu_hardware):"
-        " the workload has used its 0 restarts"
+        " the workload was restarted 0 times without getting further (limit 0)"
     )
     assert (body["cluster"], body["verb"], body["actor"]) == (
         "research",
@@ -464,7 +464,7 @@ def test_a_slack_channel_gets_text_and_blocks_with_a_link_to_the_console(
     link = f"<https://console.example.org/workloads/{advice.workload_id}/|Open in the console>"
     said = (
         "[research] Stop advised for job 100 attempt 0 of llama (gpu_hardware):"
-        " the workload has used its 0 restarts"
+        " the workload was restarted 0 times without getting further (limit 0)"
     )
     assert body["text"] == f"{said} {link}"
     section, context = body["blocks"]

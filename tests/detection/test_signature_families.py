@@ -40,6 +40,26 @@ FAMILIES = [
         C.GPU_HARDWARE,
         NODE,
     ),
+    (
+        "systemd[1]: nvidia-fabricmanager.service: Main process exited, code=exited, "
+        "status=1/FAILURE",
+        "fabric_manager_error",
+        C.GPU_HARDWARE,
+        NODE,
+    ),
+    (
+        "nvidia-nvswitch3: SXid (PCI:0000:07:00.0): 12028, Non-fatal, Link 55 egress non-posted"
+        " PRIV error (First)",
+        "nvswitch_sxid",
+        C.GPU_HARDWARE,
+        NOT_NODE,
+    ),
+    (
+        "gpu46:78367:78492 [0] transport/nvls.cc:244 NCCL WARN Cuda failure 1 'invalid argument'",
+        "nvswitch_error",
+        C.GPU_HARDWARE,
+        NODE,
+    ),
     ("RuntimeError: CUDA error: unknown error", "gpu_cuda_unknown_error", C.GPU_HARDWARE, NODE),
     (
         "RuntimeError: CUDA error: unspecified launch failure",
@@ -327,3 +347,10 @@ def test_a_cpu_lockup_names_its_node_when_the_job_then_hangs(line: str) -> None:
         True,
         ("gpu-7",),
     )
+
+
+def test_a_dead_fabric_manager_is_the_nodes_software_and_a_failed_nvswitch_its_hardware() -> None:
+    service = only(["systemd[1]: nvidia-fabricmanager.service: Failed with result 'exit-code'."])
+    switch = only(["NVSwitch 2 fatal error detected on link 7"])
+    assert (service.attribution, switch.attribution) == ("system_software", "hardware")
+    assert service.implicates_node and switch.implicates_node

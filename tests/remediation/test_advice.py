@@ -316,3 +316,16 @@ def test_nodes_taken_out_within_the_window_still_count_against_the_circuit_break
     advice = Advice.objects.get()
     assert advice.exclude_nodes == ["n5", "n6"]
     assert any(reason.startswith("circuit breaker") for reason in advice.reasons)
+
+
+def test_a_node_released_after_repair_is_no_longer_excluded_from_the_workload(cluster) -> None:
+    action_mode(cluster)
+    anomaly_on(running_attempt(cluster, nodes=("n1", "n2", "n3")))
+    services.advise_cluster(cluster, T0)
+    assert Advice.objects.get().exclude_nodes == ["n2"]
+    services.release_node("user:bob", cluster, "n2", "GPU replaced", now=T0 + timedelta(minutes=30))
+    # The next attempt fails on n4: n2, repaired since it was excluded, may run the job again.
+    retry = running_attempt(cluster, nodes=("n1", "n2", "n4"), restart=1)
+    anomaly_on(retry, hosts=("n4",), root_cause="nvrm_xid:n4", at=T0 + timedelta(hours=1))
+    services.advise_cluster(cluster, T0 + timedelta(hours=1))
+    assert Advice.objects.get(attempt=retry).exclude_nodes == ["n4"]

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from recovery_console.fleet.core.taxonomy import Action
 from remediation.core.decisions import decide, job_options, retries_without_progress
-from remediation.core.incident import History, Incident
+from remediation.core.incident import History, Incident, restarts_since_progress
 from remediation.core.isolation import breaker_limit
 from remediation.core.policy import Policy, parse_policy
 
@@ -159,7 +159,7 @@ def test_progress_between_failures_resets_the_retry_count() -> None:
 def test_the_restart_cap_per_workload_stops_the_loop() -> None:
     decision = decide(POLICY, XID, History(restarts=10, cluster_nodes=100))
     assert decision.action is Action.STOP
-    assert "used its 10 restarts" in decision.reasons[0]
+    assert "restarted 10 times without getting further (limit 10)" in decision.reasons[0]
 
 
 def test_the_circuit_breaker_refuses_to_isolate_too_much_of_the_cluster() -> None:
@@ -279,3 +279,23 @@ def test_every_decision_has_reasons_and_never_isolates_past_the_breaker(
     assert len(isolated) <= breaker_limit(POLICY.isolation_rules, cluster_nodes)
     if decision.action is Action.STOP:
         assert decision.exclude == ()
+
+
+def test_a_node_that_keeps_failing_the_job_is_named_in_the_stop_not_the_job() -> None:
+    # The breaker (or a weak suspicion) kept n2 in service, and the job failed on it again.
+    xid = incident(hosts=("n2",), root_cause="nvrm_xid:n2", step=500)
+    decision = decide(POLICY, xid, History(root_causes=(("nvrm_xid:n2", 500),) * 3))
+    assert (decision.action, decision.rule) == (Action.STOP, "limits")
+    assert "come from n2, which stayed in service" in decision.fix
+    assert "repair or drain it" in decision.fix
+
+
+def test_only_restarts_that_got_nowhere_count_toward_the_workload_cap() -> None:
+    # A long run meets many unrelated failures and gets further after each one.
+    assert restarts_since_progress([100, 200, 300], 400) == 0
+    assert restarts_since_progress([100, 300, 200, 250], 290) == 3
+    # The failing attempt got further than all before it: the count starts again.
+    assert restarts_since_progress([500, 100, 100], 600) == 0
+    # No step ever seen: every restart counts.
+    assert restarts_since_progress([None, None, None], None) == 3
+    assert restarts_since_progress([], None) == 0

@@ -168,7 +168,8 @@ def _throttled_for_long(
     return Interruption(
         kind=Kind.STRAGGLER,
         category=Category.STRAGGLER,
-        attribution=Attribution.NONE,
+        # The GPUs themselves report the slowdown (thermal, power brake): the hardware's.
+        attribution=Attribution.HARDWARE,
         confidence=Confidence(0.6, ConfidenceLabel.SUPPORTED),
         root_cause="straggler:" + ",".join(hosts),
         summary=summary,
@@ -219,8 +220,9 @@ def check_straggler(
     return Interruption(
         kind=Kind.STRAGGLER,
         category=Category.STRAGGLER,
-        # A slow GPU is named, but a slowdown is not yet a fault anyone is to blame for.
-        attribution=Attribution.NONE,
+        # Outlier GPUs (slow clocks, throttle reasons) put it on their node's hardware; a
+        # slowdown every node shares is no one's yet.
+        attribution=Attribution.HARDWARE if culprits else Attribution.NONE,
         confidence=Confidence(0.6, ConfidenceLabel.SUPPORTED),
         root_cause="straggler:" + (",".join(sorted(culprits)) or "job"),
         summary=summary,

@@ -14,6 +14,7 @@ from detection.core.signatures.entries import (
     NET_CASCADE,
     NET_ERROR,
     NET_NODE,
+    SW_NODE,
     A,
     C,
     K,
@@ -100,13 +101,18 @@ GPU = (
     sig(
         "fabric_manager_error",
         r"(?i)fabric ?manager[^\n]{0,120}(?:fail|error|not running|timed out|could not)"
-        r"|nv-fabricmanager[^\n]{0,80}(?:fail|error)"
-        r"|NVLS multicast support is not available"
+        r"|nv-fabricmanager[^\n]{0,80}(?:fail|error)",
+        SW_NODE,
+        "The node's fabric manager service failed: its GPUs cannot use NVSwitch until it is "
+        "restarted.",
+    ),
+    sig(
+        "nvswitch_error",
+        r"NVLS multicast support is not available"
         r"|transport/nvls\.cc[^\n]{0,80}NCCL WARN Cuda failure"
         r"|NVSwitch[^\n]{0,80}(?:fatal|uncorrectable|error detected)",
         HW_NODE_ERROR,
-        "NVSwitch fabric or its fabric manager failed (NVLink SHARP and multi-node NVLink "
-        "need it).",
+        "The NVSwitch fabric failed (NVLink SHARP and multi-node NVLink need it).",
     ),
     sig(
         "gpu_unavailable",

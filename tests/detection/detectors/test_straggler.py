@@ -45,6 +45,7 @@ def test_a_sustained_drop_with_one_throttled_node_names_that_node() -> None:
     assert finding is not None
     assert finding.hosts == ("gpu-node-004",)
     assert finding.kind == "straggler" and "34%" in finding.summary
+    assert finding.attribution == "hardware"  # its own GPUs report the slowdown
     assert "thermal/power slowdown (reasons 0x20)" in finding.evidence[1].text
 
 
@@ -52,6 +53,7 @@ def test_a_drop_shared_by_every_node_names_none() -> None:
     h = history([100.0] * 20 + [60.0] * 5)
     finding = check_straggler("7", h, gpu_metrics(), NODES, SETTINGS)
     assert finding is not None and finding.hosts == () and finding.root_cause == "straggler:job"
+    assert finding.attribution == "none"
 
 
 def test_a_single_slow_report_is_not_sustained() -> None:
@@ -112,6 +114,7 @@ def test_a_node_throttled_from_the_start_is_a_straggler_once_it_stays_throttled(
         True,
         "gpu_throttled",
     )
+    assert finding.attribution == "hardware"
     assert "reasons 0x20" in finding.evidence[0].text
 
 
