@@ -17,6 +17,7 @@ is compared: sharding must change how fast, never what is recorded.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import resource
 import time
 import traceback
@@ -59,6 +60,8 @@ class WorkerRun:
     lines: int
     queries: int
     seconds: float
+    # CPU time the process used (its own: a forked child starts from zero).
+    cpu_seconds: float
     peak_rss_mb: float
     # Memory the process holds alone (copied on write or its own): a forked worker shares the
     # rest, the simulator included, with the bench.
@@ -78,6 +81,7 @@ class Setup:
     peak_rss_mb: list[float] = field(default_factory=list)
     private_mb: list[float] = field(default_factory=list)
     busy_seconds: list[float] = field(default_factory=list)
+    cpu_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         self.peak_rss_mb = [0.0] * self.workers
@@ -96,6 +100,7 @@ class Setup:
         self.lines += read.pop()
         self.scan_seconds += max(run.seconds for run in runs)
         self.queries += sum(run.queries for run in runs)
+        self.cpu_seconds += sum(run.cpu_seconds for run in runs)
         for run in runs:
             self.busy_seconds[run.shard] += run.seconds
             self.peak_rss_mb[run.shard] = max(self.peak_rss_mb[run.shard], run.peak_rss_mb)
@@ -117,6 +122,9 @@ class Setup:
             # Each shard's own scan time: shard 0 also does the cluster-wide share (metrics,
             # endings, resolving), so the shards are not equal halves.
             "scan_seconds_per_process": [round(s, 2) for s in self.busy_seconds],
+            # The workers' CPU time over the wall time: near the worker count when each had a
+            # core of its own, lower when they waited (for the database, or for a busy machine).
+            "cores_used": round(self.cpu_seconds / self.seconds, 2) if self.seconds else None,
             "peak_rss_mb_per_process": self.peak_rss_mb,
             "private_mb_per_process": self.private_mb,
         }
@@ -165,6 +173,8 @@ def measure_ingest(
     for setup in setups:
         for shard in range(setup.workers):
             scan_cluster(setup.cluster, runner.now, sources, shard=shard)
+    # Others' work on the machine takes cores from the workers: the load is reported with them.
+    load_before = os.getloadavg()[0]
     rounds = 0
     while setups[0].lines < lines:
         step(ROUND_S)
@@ -199,6 +209,8 @@ def measure_ingest(
         "two_over_one": _ratio(second["lines_per_s"], first["lines_per_s"]),
         "same_evidence": _compare(stored),
         "parallelism": _parallelism(),
+        "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "cpus": os.cpu_count(),
     }
 
 
@@ -246,8 +258,17 @@ def _worker(
             seconds = time.perf_counter() - started
         if summary.skipped:
             raise RuntimeError(f"shard {shard} was skipped: its lease was held")
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         send.send(
-            WorkerRun(shard, summary.lines, counter.count, seconds, _peak_rss_mb(), _private_mb())
+            WorkerRun(
+                shard,
+                summary.lines,
+                counter.count,
+                seconds,
+                usage.ru_utime + usage.ru_stime,
+                _peak_rss_mb(),
+                _private_mb(),
+            )
         )
     except BaseException:
         send.send(traceback.format_exc())

@@ -127,6 +127,7 @@ def test_ingest_by_two_worker_processes_stores_what_one_stores() -> None:
         assert setup["queries_per_1000_lines"] < 100
         assert len(setup["peak_rss_mb_per_process"]) == setup["worker_processes"]
         assert all(number(mb) for mb in setup["peak_rss_mb_per_process"])
+        assert number(setup["cores_used"])
     # Both shards did their part of every round.
     assert all(seconds > 0 for seconds in two["scan_seconds_per_process"])
     assert number(figures["two_over_one"])
