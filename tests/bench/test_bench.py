@@ -130,7 +130,7 @@ def test_ingest_by_two_worker_processes_stores_what_one_stores() -> None:
         assert number(setup["cores_used"])
     # Both shards did their part of every round.
     assert all(seconds > 0 for seconds in two["scan_seconds_per_process"])
-    assert number(figures["two_over_one"])
+    assert number(figures["two_over_one"]) and number(figures["two_over_one_from_cpu_time"])
     same = figures["same_evidence"]
     assert same["match"] and same["monitors_match"] and same["anomalies_match"]
     assert same["lines"][0] == same["lines"][1] >= figures["lines"]
