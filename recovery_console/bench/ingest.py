@@ -318,7 +318,8 @@ def stored_evidence(cluster: Cluster) -> dict[str, Any]:
 
 
 def _compare(stored: list[dict[str, Any]]) -> dict[str, Any]:
-    """The stored counts of each setup (one worker first) and whether every row is the same."""
+    """The stored counts of each setup (one worker first) and whether every row is the same.
+    They hold the start-up output read before the timed rounds, so they exceed ``lines``."""
     counts = ("lines", "anomalies", "progress_reports", "attempts")
     one, two = stored
     return {
