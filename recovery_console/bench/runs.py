@@ -391,7 +391,8 @@ def _weights(options: BenchOptions, spec: loop.LoopSpec) -> dict[str, float]:
         "cycle": options.workloads * (0.03 + 0.02 * options.cycles),
         "hangs": 30 if options.quick else 120,
         "signatures": options.log_mb * 0.15 * (1 + options.log_repeats),
-        "ingest": options.ingest_lines / 5000,
+        # The simulator, then the scans of one worker and of two.
+        "ingest": options.ingest_lines / 3000,
     }
 
 

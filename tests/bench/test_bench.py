@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
 from detection.core.signatures import default_library
 from recovery_console.bench import ingest, scoring
@@ -110,13 +111,32 @@ def test_without_detection_nothing_is_detected_or_recovered(blind: dict[str, Any
     assert effective["with_loop"] == effective["no_recovery"]
 
 
-@pytest.mark.django_db
-def test_ingest_reports_lines_queries_and_memory_of_the_whole_loop() -> None:
-    figures = ingest.measure_ingest(3000, 10, seed=1, tick=lambda _: None)
-    assert figures["lines"] >= 3000 and figures["scans"] >= 1
-    assert all(number(figures[k]) for k in ("lines_per_s", "queries_per_1000_lines", "peak_rss_mb"))
-    # One load and one bulk write per batch, not one per attempt.
-    assert figures["queries_per_1000_lines"] < 100
+# Worker processes read only committed rows: the test's data must be committed.
+@pytest.mark.django_db(transaction=True)
+def test_ingest_by_two_worker_processes_stores_what_one_stores() -> None:
+    # Faults often enough that a few simulated minutes hold anomalies to compare, and not so
+    # often that every job has failed (nothing restarts them here).
+    figures = ingest.measure_ingest(6000, 50, seed=3, tick=lambda _: None, fault_rate=0.5)
+    one, two = figures["one_worker"], figures["two_workers"]
+    assert one["worker_processes"] == 1 and two["worker_processes"] == 2
+    # Both setups were fed the same rounds, and each read all of them.
+    assert one["lines"] == two["lines"] == figures["lines"] >= 6000 and figures["scans"] >= 1
+    for setup in (one, two):
+        assert all(number(setup[k]) for k in ("lines_per_s", "queries_per_1000_lines"))
+        # One load and one bulk write per batch, not one per attempt.
+        assert setup["queries_per_1000_lines"] < 100
+        assert len(setup["peak_rss_mb_per_process"]) == setup["worker_processes"]
+        assert all(number(mb) for mb in setup["peak_rss_mb_per_process"])
+        assert number(setup["cores_used"])
+    # Both shards did their part of every round.
+    assert all(seconds > 0 for seconds in two["scan_seconds_per_process"])
+    assert number(figures["two_over_one"]) and number(figures["two_over_one_from_cpu_time"])
+    same = figures["same_evidence"]
+    assert same["match"] and same["monitors_match"] and same["anomalies_match"]
+    assert same["lines"][0] == same["lines"][1] >= figures["lines"]
+    assert same["anomalies"][0] == same["anomalies"][1] > 0, "some anomalies to compare"
+    assert same["progress_reports"][0] == same["progress_reports"][1] > 0
+    assert figures["parallelism"]["meaningful"] == (connection.vendor != "sqlite")
 
 
 # --- the parts, without a database -----------------------------------------------------------

@@ -57,8 +57,9 @@ class Command(BaseCommand):
             "--ingest-lines",
             type=int,
             metavar="N",
-            help="also measure ingest of at least N log lines through the whole loop (off unless "
-            "given; 1000000 for the scale figure)",
+            help="also measure ingest of at least N log lines through the whole loop, by one "
+            "worker process and by two side by side (off unless given; 1000000 for the scale "
+            "figure; the two-worker figure needs MySQL or MariaDB)",
         )
         parser.add_argument(
             "--ingest-workloads",
