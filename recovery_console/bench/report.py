@@ -35,7 +35,7 @@ def render(result: dict[str, Any], details: Details) -> str:
         ("Signature matching throughput, one core", _throughput(result)),
         ("One cycle at scale, by part (median)", _cycle(result)),
         ("Hang latency by step time (last progress → anomaly stored)", _hangs(result)),
-        ("Console pages (median response)", _pages(result)),
+        ("Console pages (median and p95 response)", _pages(result)),
         ("Effective training time", _effective(result)),
     ]
     sections = "\n".join(
@@ -170,16 +170,23 @@ def _cycle(result: dict[str, Any]) -> go.Figure:
 
 
 def _pages(result: dict[str, Any]) -> go.Figure:
-    pages = {k: v for k, v in result["pages_ms"].items() if v is not None}
-    fig = go.Figure(
-        go.Bar(
-            x=list(pages),
-            y=list(pages.values()),
-            text=list(pages.values()),
-            marker={"color": COLOURS["ours"]},
-        )  # fmt: skip
-    )
+    medians = {k: v for k, v in result["pages_ms"].items() if v is not None}
+    # Reports written before the p95 was measured have only the medians.
+    p95s = result.get("pages_p95_ms") or {}
+    fig = go.Figure()
+    values = list(medians.values())
+    fig.add_trace(go.Bar(x=list(medians), y=values, name="median", text=values,
+                         marker={"color": COLOURS["ours"]}))  # fmt: skip
+    if p95s:
+        shown = [p95s.get(page) for page in medians]
+        fig.add_trace(go.Bar(x=list(medians), y=shown, name="p95", text=shown,
+                             marker={"color": COLOURS["grep"]}))  # fmt: skip
+    target = result.get("targets", {}).get("pages_p95_ms", {}).get("target")
+    if target is not None:
+        fig.add_hline(y=target, line={"color": COLOURS["target"], "dash": "dash"},
+                      annotation_text=f"target p95 ≤ {target:g} ms")  # fmt: skip
     audit = result["pages"]["audit_entries"]
+    fig.update_layout(barmode="group")
     fig.update_yaxes(title=f"ms ({audit} audit entries, {result['pages']['workloads']} workloads)")
     return fig
 

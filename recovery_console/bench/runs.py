@@ -51,6 +51,8 @@ TARGETS = {
     "hang_latency_over_target": 1.0,
     # With --ingest-lines: a million lines or more through the whole loop, on 2 cores.
     "ingest_at_scale_lines_per_s": 50_000,
+    # The slowest console page's p95, with 1M audit entries and 10,000 workloads stored.
+    "pages_p95_ms": 200.0,
 }
 
 
@@ -68,9 +70,10 @@ class BenchOptions:
     detection: bool = True
     quick: bool = False
     cycles: int = 5
-    audit_rows: int = 100_000
-    page_workloads: int = 1000
-    page_repeats: int = 5
+    # DESIGN.md section 5's scale for the console's pages; enough repeats for a p95.
+    audit_rows: int = 1_000_000
+    page_workloads: int = 10_000
+    page_repeats: int = 20
     log_mb: float = 256.0
     log_repeats: int = 3
     # grep with exact repeat bounds is slow, so it is timed on a sample only.
@@ -103,7 +106,7 @@ QUICK = BenchOptions(
     cycles=3,
     audit_rows=10_000,
     page_workloads=200,
-    page_repeats=3,
+    page_repeats=5,
     log_mb=16.0,
     log_repeats=1,
     exact_sample_mb=0.25,
@@ -269,8 +272,10 @@ def document(
             "no_recovery": nothing,
             "manual_recovery": {"notice_s": MANUAL.notice_s, "act_s": MANUAL.act_s},
         },
+        # The median per page (the key older reports had), then the 95th percentile.
         "pages_ms": pages["pages_ms"],
-        "pages": {k: v for k, v in pages.items() if k != "pages_ms"},
+        "pages_p95_ms": pages["pages_p95_ms"],
+        "pages": {k: v for k, v in pages.items() if k not in {"pages_ms", "pages_p95_ms"}},
         "advice": {
             **outcome.advice,
             "circuit_breaker_refusals": outcome.circuit_breaker_refusals,
@@ -349,9 +354,16 @@ def targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "signature_lines_per_s": result["signatures"]["lines_per_s"],
         "hang_latency_over_target": _worst_hang_ratio(result["hang_latency"]),
         "ingest_at_scale_lines_per_s": (result["ingest"] or {}).get("lines_per_s"),
+        "pages_p95_ms": _slowest_page(result["pages_p95_ms"], result["pages"]["status"]),
     }
     # Latencies and the cycle must stay under their targets; the rest must reach theirs.
-    at_most = {"detection_p95_crash_s", "action_p95_s", "cycle_s", "hang_latency_over_target"}
+    at_most = {
+        "detection_p95_crash_s",
+        "action_p95_s",
+        "cycle_s",
+        "hang_latency_over_target",
+        "pages_p95_ms",
+    }
     out = {}
     for name, target in TARGETS.items():
         value = measured[name]
@@ -359,6 +371,14 @@ def targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         met = None if value is None else value <= target if name in at_most else value >= target
         out[name] = {"target": target, "measured": value, "met": met}
     return out
+
+
+def _slowest_page(p95_ms: dict[str, float | None], status: dict[str, int | None]) -> float | None:
+    """The slowest page's p95; none if a page failed to load (its time would mean nothing)."""
+    if any(code not in (200, None) for code in status.values()):
+        return None
+    values = [ms for ms in p95_ms.values() if ms is not None]
+    return max(values) if values else None
 
 
 def _worst_hang_ratio(hang_latency: dict[str, Any]) -> float | None:

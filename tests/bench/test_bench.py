@@ -76,6 +76,12 @@ def test_it_prints_one_document_with_the_stable_keys(quick: tuple[dict, Path]) -
     assert all(0 <= effective[k] <= 1 for k in ("with_loop", "manual_baseline"))
     assert set(result["pages_ms"]) >= {"overview", "workloads", "workload", "nodes", "audit"}
     assert all(number(ms) for ms in result["pages_ms"].values())
+    # Each page's p95 beside its median, and the slowest one against DESIGN.md's 200 ms.
+    p95 = result["pages_p95_ms"]
+    assert set(p95) == set(result["pages_ms"])
+    assert all(p95[page] >= ms for page, ms in result["pages_ms"].items())
+    pages_target = result["targets"]["pages_p95_ms"]
+    assert pages_target["target"] == 200.0 and pages_target["measured"] == max(p95.values())
     runs = result["runs"]
     assert (runs["seed"], runs["nodes"], runs["simulated_hours"]) == (1, 16, 1.0)
     assert sum(runs["faults_injected"]["by_kind"].values()) == runs["faults_injected"]["total"]

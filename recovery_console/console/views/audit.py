@@ -32,7 +32,7 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
         # Keyset paging on the gapless sequence: new entries do not shift the pages.
         entries = entries.filter(sequence__lt=cursor)
     # One row more than shown: if it comes back, there is a next page.
-    rows = list(entries[: PER_PAGE + 1])
+    rows = _first(entries, PER_PAGE + 1)
     for entry in rows:
         entry.payload_text = json.dumps(entry.payload, ensure_ascii=False)  # type: ignore[attr-defined]
     query = _filters_query(request)
@@ -47,6 +47,14 @@ def audit_trail(request: HttpRequest) -> HttpResponse:
         "section": "audit",
     }
     return page(request, "console/audit.html", context)
+
+
+def _first(entries: QuerySet[AuditEntry], size: int) -> list[AuditEntry]:
+    """The first ``size`` entries, their sequences first: the index on (sequence, at) answers
+    that alone, so a time filter skips entries in the index rather than reading each row (on a
+    million entries, tenths of a second rather than seconds)."""
+    sequences = list(entries.values_list("sequence", flat=True)[:size])
+    return list(entries.filter(sequence__in=sequences))
 
 
 def _int(value: str | None) -> int | None:

@@ -66,12 +66,21 @@ def cluster_workloads(request: HttpRequest, name: str) -> HttpResponse:
 
 def _cluster_context(cluster: Cluster) -> dict[str, object]:
     # Needing attention: interrupted, or waiting for the scheduler to start them.
-    attention = (
+    attention = list(
         cluster.workloads.filter(state__in=[WorkloadState.INTERRUPTED, WorkloadState.PENDING])
         .filter(is_array=False)  # an array's tasks are listed themselves
-        .annotate(attempt_count=Count("attempts"))
         .order_by("-updated_at")[:ATTENTION]
     )
+    # Counted apart for the few shown: joined to the attempts, every workload in those states
+    # would be grouped and sorted before the first 25 came back.
+    counts = dict(
+        Attempt.objects.filter(workload__in=attention)
+        .values_list("workload_id")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for workload in attention:
+        workload.attempt_count = counts.get(workload.pk, 0)  # type: ignore[attr-defined]
     failures = (
         Attempt.objects.filter(cluster=cluster, ended_at__isnull=False)
         .exclude(state__in=["COMPLETED", "REQUEUED"])
