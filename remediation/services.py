@@ -127,11 +127,12 @@ def advise(anomaly: Anomaly, now: datetime) -> Advice:
     controller has claimed it yet."""
     cluster, attempt = anomaly.cluster, anomaly.attempt
     policy = parse_policy(cluster.policy)
+    view = _attempt_view(attempt)
     verdict = judge(
         anomaly.as_interruption(),
         policy,
-        _attempt_view(attempt),
-        _history(cluster, attempt, anomaly, now, policy),
+        view,
+        _history(cluster, attempt, anomaly, now, policy, view.step),
         attempt.comment,
     )
     with transaction.atomic():
@@ -184,8 +185,14 @@ def _xid_hosts(attempt: Attempt) -> dict[str, tuple[str, ...]]:
 
 
 def _history(
-    cluster: Cluster, attempt: Attempt, anomaly: Anomaly, now: datetime, policy: Policy
+    cluster: Cluster,
+    attempt: Attempt,
+    anomaly: Anomaly,
+    now: datetime,
+    policy: Policy,
+    reached: int | None,
 ) -> History:
+    """The workload's past for the policy; ``reached`` is the step this attempt got to."""
     earlier = list(
         Attempt.objects.filter(workload=attempt.workload, first_seen_at__lt=attempt.first_seen_at)
         .exclude(pk=attempt.pk)
@@ -197,11 +204,8 @@ def _history(
         )
     )
     steps = dict(
-        AttemptMonitor.objects.filter(attempt__in=[*earlier, attempt]).values_list(
-            "attempt_id", "last_step"
-        )
+        AttemptMonitor.objects.filter(attempt__in=earlier).values_list("attempt_id", "last_step")
     )
-    reached = steps.pop(attempt.pk, None)
     health = list(NodeHealth.objects.filter(cluster=cluster))
     strike_since = now - timedelta(hours=policy.strike_window_hours)
     breaker_since = now - timedelta(minutes=policy.circuit_breaker_window_minutes)

@@ -72,8 +72,8 @@ class LoopSpec:
 
     @property
     def breaker_window_minutes(self) -> float:
-        packing = self.fault_rate / SimulationConfig.fault_rate if self.fault_rate > 0 else 1.0
-        return round(max(1.0, BREAKER_WINDOW_MINUTES / max(packing, 1.0)), 2)
+        packing = max(self.fault_rate / SimulationConfig.fault_rate, 1.0)
+        return round(max(1.0, BREAKER_WINDOW_MINUTES / packing), 2)
 
     @property
     def steps(self) -> int:
