@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from detection.models import Anomaly
 from detection.scan import scan_cluster
 from recovery_console.fleet import services as console
 from recovery_console.fleet.core.scheduler import ClusterSnapshot
@@ -28,17 +29,32 @@ from .lab import REQUEUE_EXIT, SlurmLab
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
+# The failing rank lingers a moment before it exits: srun ends the whole step on the first bad
+# exit (--kill-on-bad-exit) and may drop that rank's output still on its way from the node.
 FAILING_ON_NODE2 = """\
 srun --label --kill-on-bad-exit=1 bash -c '
 if [ "$SLURMD_NODENAME" = node2 ] && [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
   echo "$SLURMD_NODENAME: NVRM: Xid (PCI:0000:3b:00): 79, pid=$$, name=python, \
 GPU has fallen off the bus."
   echo "[rank$SLURM_PROCID]: RuntimeError: CUDA error: unspecified launch failure"
+  sleep 2
   exit 1
 fi
 echo " iteration        1/  100000 | elapsed time per iteration (ms): 900.0 | lm loss: 2.1 |"
 sleep 120'
 """
+
+
+def what_the_console_saw(slurm_lab: SlurmLab, job_id: str) -> dict[str, object]:
+    """For a failed assertion: the job's output as Slurm wrote it, and what detection made of it."""
+    anomalies = Anomaly.objects.filter(attempt__job_id=job_id)
+    return {
+        "output": slurm_lab.output_path(job_id).read_text(errors="replace")[-3000:],
+        "anomalies": list(anomalies.values("category", "confidence_label", "evidence")),
+        "advice": list(
+            Advice.objects.filter(attempt__job_id=job_id).values_list("action", "reasons")
+        ),
+    }
 
 
 def loop_until(
@@ -132,7 +148,7 @@ def test_in_action_mode_the_job_is_restarted_without_the_failed_node(
     loop_until(resumed, turn)
     advice = Advice.objects.get(attempt__job_id=job_id, attempt__attempt_index=0)
     assert (advice.action, advice.exclude_nodes) == ("restart_excluding_node", ["node2"]), (
-        advice.reasons
+        what_the_console_saw(slurm_lab, job_id)
     )
     assert (advice.action, advice.exclude_nodes, advice.state) == (
         "restart_excluding_node",
@@ -158,7 +174,12 @@ def test_in_monitor_mode_the_advice_is_published_and_slurm_is_untouched(
 ) -> None:
     turn = site.turn
     job_id = submit(slurm_lab)
-    loop_until(lambda: Advice.objects.filter(attempt__job_id=job_id).exists(), turn)
+
+    def advised_without_node2() -> bool:
+        advice = Advice.objects.filter(attempt__job_id=job_id).first()
+        return advice is not None and advice.exclude_nodes == ["node2"]
+
+    loop_until(advised_without_node2, turn, state=lambda: what_the_console_saw(slurm_lab, job_id))
     for _ in range(6):
         turn()
         time.sleep(0.5)
@@ -367,7 +388,7 @@ def test_a_release_resumes_our_drain_in_slurm_and_never_a_persons(
         slurm_lab.run("scontrol", "update", "nodename=node2", "state=drain", f"reason={PERSON}")
     running_in_console(site, job_id, 1)
     advice = Advice.objects.get(attempt__job_id=job_id, attempt__attempt_index=0)
-    assert advice.drain_nodes == ["node2"], advice.reasons
+    assert advice.drain_nodes == ["node2"], what_the_console_saw(slurm_lab, job_id)
     drained, reason = drained_in_slurm(slurm_lab, "node2")
     if person == "drained it first":
         assert (drained, reason) == (True, PERSON)  # their reason is kept
