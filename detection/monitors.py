@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -254,13 +255,19 @@ def check(
     utilisation: list[float] | None,
     samples: Iterable[MetricSample],
     silence_counts_from: datetime | None = None,
+    earlier_startup_seconds: float | None = None,
 ) -> Verdicts:
     """Run the hang, straggler and divergence detectors on a running attempt.
 
     ``utilisation`` None: the metrics cannot be read, so nothing is known of the GPUs (an idle
     spell seen before is forgotten, not carried through the gap). ``silence_counts_from``: the
-    end of the last telemetry gap of the logs; silence before it is not the job's."""
-    tracker = _tracker(monitor, attempt.started_at or attempt.first_seen_at)
+    end of the last telemetry gap of the logs; silence before it is not the job's.
+    ``earlier_startup_seconds``: how long the workload's earlier attempts took to reach their
+    first step (``earlier_startups``), which sets this one's start-up allowance."""
+    tracker = replace(
+        _tracker(monitor, attempt.started_at or attempt.first_seen_at),
+        earlier_startup_seconds=earlier_startup_seconds,
+    )
     if utilisation is None:
         tracker = replace(tracker, gpus_idle_since=None)
     else:
@@ -274,6 +281,43 @@ def check(
     slow = check_straggler(attempt.job_id, history, samples, attempt.nodes, config.straggler, now)
     overdue = overdue_allowance(tracker, now, config.hang, silence_counts_from)
     return Verdicts(hang, slow, _divergence(monitor, attempt, now), overdue)
+
+
+def earlier_startups(attempts: Sequence[Attempt]) -> dict[int, float]:
+    """For each attempt not yet past its first step, the longest start-up (start to first
+    progress) of its workload's earlier attempts, where any got that far: one query."""
+    waiting = [a for a in attempts if not _has_progressed(a)]
+    if not waiting:
+        return {}
+    earlier = AttemptMonitor.objects.filter(
+        attempt__workload_id__in={a.workload_id for a in waiting},
+        attempt__started_at__isnull=False,
+        last_progress_at__isnull=False,
+    ).values_list(
+        "attempt__workload_id", "attempt__first_seen_at", "attempt__started_at", "progress"
+    )
+    startups_of: dict[int, list[tuple[datetime, float]]] = defaultdict(list)
+    for workload_id, seen_at, started_at, progress in earlier:
+        first = _time((progress or {}).get("first_progress_at"))
+        if first is not None and started_at is not None and first >= started_at:
+            startups_of[workload_id].append((seen_at, (first - started_at).total_seconds()))
+    found = {}
+    for attempt in waiting:
+        startups = [
+            took
+            for seen, took in startups_of.get(attempt.workload_id, ())
+            if seen < attempt.first_seen_at
+        ]
+        if startups:
+            found[attempt.pk] = max(startups)
+    return found
+
+
+def _has_progressed(attempt: Attempt) -> bool:
+    try:
+        return attempt.monitor.last_progress_at is not None
+    except AttemptMonitor.DoesNotExist:
+        return False
 
 
 def _divergence(monitor: AttemptMonitor, attempt: Attempt, now: datetime) -> Interruption | None:
@@ -292,6 +336,7 @@ def _tracker(monitor: AttemptMonitor, started_at: datetime | None = None) -> Pro
     return ProgressTracker(
         started_at=start,
         last_step=data.get("last_step"),
+        first_progress_at=_time(data.get("first_progress_at")),
         last_progress_at=_time(data.get("last_progress_at")),
         interval_seconds=data.get("interval_seconds"),
         reports=data.get("reports", 0),
@@ -376,6 +421,7 @@ def _store_tracker(monitor: AttemptMonitor, tracker: ProgressTracker) -> None:
     monitor.progress = {
         **kept,
         "last_step": tracker.last_step,
+        "first_progress_at": _iso(tracker.first_progress_at),
         "last_progress_at": _iso(tracker.last_progress_at),
         "interval_seconds": tracker.interval_seconds,
         "reports": tracker.reports,

@@ -540,14 +540,18 @@ def _check_running_attempts(
         samples_of[sample.host].append(sample)
     counts_from = gaps.silence_counts_from(cluster, [r.name for r in progress_sources])
     verdicts: list[tuple[Attempt, AttemptMonitor, monitors.Verdicts]] = []
-    for attempt in running.select_related("monitor"):
+    attempts = list(running.select_related("monitor"))
+    startups = monitors.earlier_startups(attempts)
+    for attempt in attempts:
         monitor = monitors.load(attempt)
         before = (monitor.progress, monitor.throughput)
         utilisation = (
             None if metrics_down else [u for host in attempt.nodes for u in by_host.get(host, [])]
         )
         own = [sample for host in attempt.nodes for sample in samples_of.get(host, ())]
-        found = monitors.check(monitor, attempt, now, config, utilisation, own, counts_from)
+        found = monitors.check(
+            monitor, attempt, now, config, utilisation, own, counts_from, startups.get(attempt.pk)
+        )
         if (monitor.progress, monitor.throughput) != before:
             monitor.save()  # most scans change nothing for most running attempts
         verdicts.append((attempt, monitor, found))

@@ -290,3 +290,39 @@ def test_a_requeued_attempt_slower_from_its_first_step_than_the_one_before_is_a_
     slow = Anomaly.objects.get()
     assert (slow.attempt.attempt_index, slow.kind) == (1, "straggler")
     assert "36%" in slow.summary  # 1/1.4 of the first attempt's throughput
+
+
+def test_a_restart_that_hangs_before_its_first_step_is_found_on_its_workloads_start_up(
+    site,
+) -> None:
+    """The first attempt reached its first step 40 s after it started: its restart, silent
+    since it started, hangs after 3 x 40 s, not after the half-hour start-up grace."""
+    cluster, output, job = site
+    stamp = "2026-11-29T12:{m:02d}:{s:02d}Z"
+    append(output, "".join(f"{stamp.format(m=0, s=39 + n)}{PROGRESS.format(n=n)}" for n in (1, 2)))
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    restarted_at = T0 + timedelta(minutes=5)
+    again = JobRecordFactory(
+        job_id="9001", nodes=job.nodes, start_time=restarted_at, restart_count=1
+    )
+    services.record_snapshot(
+        "controller:site", cluster, ClusterSnapshot(restarted_at, (again,), ())
+    )
+    scan.scan_cluster(cluster, restarted_at + timedelta(seconds=115))
+    assert not Anomaly.objects.exists()
+    scan.scan_cluster(cluster, restarted_at + timedelta(seconds=125))
+    hang = Anomaly.objects.get()
+    assert (hang.attempt.attempt_index, hang.kind, hang.root_cause) == (
+        1,
+        "hang",
+        "hang:no-progress",
+    )
+    assert "within 120 s of the start" in hang.summary, hang.summary
+
+
+def test_a_first_attempt_has_the_whole_start_up_grace(site) -> None:
+    cluster, _, _ = site
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=29))
+    assert not Anomaly.objects.exists()
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=31))
+    assert "within 1800 s of the start" in Anomaly.objects.get().summary

@@ -3,10 +3,12 @@
 A job hangs when no new progress arrives for longer than max(k × its smoothed interval between
 progress reports, a floor): the silence allowed follows the job's own step time, so a job
 stepping every 2 s is called hung after a minute, one stepping every 5 minutes after 25. Start-up
-gets its own grace, and so does a checkpoint save or an evaluation while the log shows one
-running (begun, not yet finished): both pause progress legitimately. Once it has finished, the
-silence counts from its end. The tracker is a frozen value the caller stores between cycles, so
-detection survives a restart of the process that runs it.
+gets its own grace; a restarted attempt's follows how long its workload's earlier attempts took
+to reach their first step. A checkpoint save, a checkpoint load or an evaluation while the log
+shows one running (begun, not yet finished) pauses progress legitimately: each gets a grace of
+its own, and once it has finished the silence counts from its end. The tracker is a frozen
+value the caller stores between cycles, so detection survives a restart of the process that
+runs it.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ from recovery_console.fleet.core.taxonomy import Attribution, Category, Confiden
 SILENCE = "progress"
 IDLE_GPUS = "gpus_idle"
 # Lines that begin and end a visible pause in progress (see detection.core.checkpoints).
-PAUSE_STARTS = (Phase.SAVE_STARTED, Phase.EVAL_STARTED)
-PAUSE_ENDS = (Phase.SAVED, Phase.EVAL_ENDED)
+PAUSES = {
+    Phase.SAVE_STARTED: "checkpoint",
+    Phase.LOAD_STARTED: "load",
+    Phase.EVAL_STARTED: "evaluation",
+}
+PAUSE_ENDS = (Phase.SAVED, Phase.LOADED, Phase.EVAL_ENDED)
 # Silence supports a hang but never establishes one: the job may be busy in a way it does not log.
 HANG_CONFIDENCE = Confidence(0.6, ConfidenceLabel.SUPPORTED)
 
@@ -36,11 +42,18 @@ class HangSettings:
     The silence allowed is max(``interval_multiple`` × the smoothed interval between progress
     reports, ``floor_seconds``); ``smoothing`` is the EWMA weight of the newest interval. While
     a checkpoint save (or an evaluation) is visibly running it is at least
-    ``checkpoint_grace_seconds`` (``evaluation_grace_seconds``)."""
+    ``checkpoint_grace_seconds`` (``evaluation_grace_seconds``).
+
+    Before the first progress report the job may start up for ``startup_grace_seconds``. An
+    attempt of a workload whose earlier attempts reached their first step is allowed
+    ``startup_multiple`` × the longest of those start-ups instead (at least ``floor_seconds``,
+    at most the grace), except while a checkpoint load is visibly running: a restart that
+    hangs in start-up is then found in minutes, not in half an hour."""
 
     interval_multiple: float = 5.0
     floor_seconds: float = 60.0
     startup_grace_seconds: float = 1800.0
+    startup_multiple: float = 3.0
     checkpoint_grace_seconds: float = 1200.0
     evaluation_grace_seconds: float = 1200.0
     idle_gpu_seconds: float = 180.0
@@ -53,6 +66,10 @@ class ProgressTracker:
     """What we know of one attempt's progress so far."""
 
     started_at: datetime
+    # Derived by the caller, like ``started_at``: the longest time from start to first progress
+    # of the workload's earlier attempts (None: none of them got that far).
+    earlier_startup_seconds: float | None = None
+    first_progress_at: datetime | None = None
     last_step: int | None = None
     last_progress_at: datetime | None = None
     interval_seconds: float | None = None
@@ -78,6 +95,7 @@ class ProgressTracker:
         return replace(
             self,
             last_step=progress.step,
+            first_progress_at=self.first_progress_at or at,
             last_progress_at=at,
             interval_seconds=interval,
             reports=self.reports + 1,
@@ -93,10 +111,10 @@ class ProgressTracker:
         return self.observe_checkpoint(at, event) if event else self
 
     def observe_checkpoint(self, at: datetime, event: CheckpointEvent) -> ProgressTracker:
-        """A save or an evaluation began or ended: it pauses progress without being a hang."""
-        if event.phase in PAUSE_STARTS and self.checkpoint_since is None:
-            pause = "checkpoint" if event.phase is Phase.SAVE_STARTED else "evaluation"
-            return replace(self, checkpoint_since=at, pause=pause)
+        """A save, a load or an evaluation began or ended: it pauses progress without being a
+        hang."""
+        if event.phase in PAUSES and self.checkpoint_since is None:
+            return replace(self, checkpoint_since=at, pause=PAUSES[event.phase])
         if event.phase in PAUSE_ENDS and self.checkpoint_since is not None:
             return replace(self, checkpoint_since=None, pause="", pause_ended_at=at)
         return self
@@ -116,7 +134,7 @@ class ProgressTracker:
 def allowed_silence(tracker: ProgressTracker, settings: HangSettings) -> float:
     """How long this job may go without progress before we call it hung, in seconds."""
     if tracker.last_progress_at is None:
-        return settings.startup_grace_seconds
+        return startup_allowance(tracker, settings)
     smoothed = (tracker.interval_seconds or 0.0) * settings.interval_multiple
     allowed = max(smoothed, settings.floor_seconds)
     if tracker.checkpoint_since is not None:
@@ -124,9 +142,22 @@ def allowed_silence(tracker: ProgressTracker, settings: HangSettings) -> float:
     return allowed
 
 
+def startup_allowance(tracker: ProgressTracker, settings: HangSettings) -> float:
+    """The silence allowed before the first progress report."""
+    learned = tracker.earlier_startup_seconds
+    if learned is None or tracker.pause == "load":
+        return settings.startup_grace_seconds
+    return min(
+        settings.startup_grace_seconds,
+        max(settings.floor_seconds, settings.startup_multiple * learned),
+    )
+
+
 def _pause_grace(tracker: ProgressTracker, settings: HangSettings) -> float:
     if tracker.pause == "evaluation":
         return settings.evaluation_grace_seconds
+    if tracker.pause == "load":
+        return settings.startup_grace_seconds
     return settings.checkpoint_grace_seconds
 
 
@@ -160,11 +191,12 @@ def check_hang(
     allowed = overdue_allowance(tracker, now, settings, counts_from)
     if allowed is not None:
         return _no_progress(job_id, tracker, silent_since(tracker, counts_from), allowed)
-    idle_since = tracker.gpus_idle_since
-    # GPUs wait on storage during a save: idle then is the save, not a hang.
-    if tracker.checkpoint_since is not None:
+    # GPUs wait on storage during a save or a load: idle then is the pause, not a hang, and
+    # an idle spell counts from the pause's end.
+    if tracker.checkpoint_since is not None or tracker.gpus_idle_since is None:
         return None
-    if idle_since and now - idle_since > timedelta(seconds=settings.idle_gpu_seconds):
+    idle_since = max(filter(None, (tracker.gpus_idle_since, tracker.pause_ended_at)))
+    if now - idle_since > timedelta(seconds=settings.idle_gpu_seconds):
         return _idle_gpus(job_id, idle_since, settings)
     return None
 
@@ -174,6 +206,11 @@ def _no_progress(
 ) -> Interruption:
     if tracker.last_progress_at is None:
         what = f"no progress line within {allowed:.0f} s of the start"
+        if tracker.earlier_startup_seconds is not None and tracker.pause != "load":
+            what += (
+                f" (its workload's earlier attempts reached their first step within "
+                f"{tracker.earlier_startup_seconds:.0f} s)"
+            )
     else:
         what = f"no progress since step {tracker.last_step} for more than {allowed:.0f} s"
     evidence = Evidence(at=since, source="log", text=tracker.last_line or what, signature=SILENCE)

@@ -162,3 +162,42 @@ def test_idle_gpus_during_a_visible_save_are_not_a_hang() -> None:
 def test_a_line_that_only_mentions_a_checkpoint_does_not_pause_anything() -> None:
     tracker = steady(40, every=2).observe_line(T0, "checkpoint dir is /ckpt, save interval 1000")
     assert allowed_silence(tracker, DEFAULTS) == 60
+
+
+def test_a_restart_gets_a_multiple_of_its_workloads_earlier_start_up() -> None:
+    # The earlier attempt reached its first step 40 s after it started: 3 x 40 s = 120 s here.
+    tracker = ProgressTracker(started_at=T0, earlier_startup_seconds=40)
+    settings = HangSettings(floor_seconds=60, startup_grace_seconds=1800, startup_multiple=3)
+    assert check_hang("1", tracker, T0 + timedelta(seconds=119), settings) is None
+    finding = check_hang("1", tracker, T0 + timedelta(seconds=121), settings)
+    assert finding is not None and "within 120 s of the start" in finding.summary
+    assert "earlier attempts reached their first step within 40 s" in finding.summary
+
+
+def test_the_learned_start_up_is_bounded_by_the_floor_and_the_grace() -> None:
+    settings = HangSettings(floor_seconds=60, startup_grace_seconds=600, startup_multiple=3)
+    quick = ProgressTracker(started_at=T0, earlier_startup_seconds=5)
+    slow = ProgressTracker(started_at=T0, earlier_startup_seconds=400)
+    assert (allowed_silence(quick, settings), allowed_silence(slow, settings)) == (60, 600)
+
+
+def test_a_visible_checkpoint_load_gets_the_whole_start_up_grace() -> None:
+    tracker = ProgressTracker(started_at=T0, earlier_startup_seconds=40).observe_line(
+        T0 + timedelta(seconds=10), " loading checkpoint from /ckpt/llama at iteration 4000"
+    )
+    assert allowed_silence(tracker, SETTINGS) == SETTINGS.startup_grace_seconds
+    # Its idle GPUs are the load too.
+    tracker = tracker.observe_gpus(T0 + timedelta(seconds=10), [0.0], SETTINGS)
+    assert check_hang("1", tracker, T0 + timedelta(seconds=500), SETTINGS) is None
+    # Once loaded, the learned allowance counts from the load's end.
+    loaded = tracker.observe_line(
+        T0 + timedelta(seconds=300),
+        "  successfully loaded checkpoint from /ckpt/llama [ t 1/8, p 1/1 ] at iteration 4000",
+    )
+    assert check_hang("1", loaded, T0 + timedelta(seconds=300 + 119), SETTINGS) is None
+    assert check_hang("1", loaded, T0 + timedelta(seconds=300 + 121), SETTINGS) is not None
+
+
+def test_the_first_progress_is_remembered() -> None:
+    tracker = steady(3, every=30)
+    assert tracker.first_progress_at == T0 + timedelta(seconds=60)
