@@ -201,6 +201,9 @@ def observe(monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorC
             loss = loss.add(progress.loss, at, progress.step)
             if loss.peak_at != before:
                 peak = {"at": line.at.isoformat(), "text": line.text[:2000]}
+    new, node_event_at = _keep_matches(monitor, lines, config)
+    if node_event_at is not None:
+        tracker = tracker.observe_node_event(node_event_at)
     _store_tracker(monitor, tracker)
     _store_history(monitor, history)
     _store_loss(monitor, loss, peak)
@@ -208,29 +211,32 @@ def observe(monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorC
     if tracker.reports and not reported_before:
         # Its first progress: whatever it was going to load, it has loaded.
         _check_resume(monitor, checkpoint)
-    new = _keep_matches(monitor, lines, config)
     monitor.lines_seen += len(lines)
     return Observed(new_matches=new)
 
 
 def _keep_matches(
     monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorConfig
-) -> bool:
+) -> tuple[bool, datetime | None]:
+    """Keep the lines that matched; whether any matters, and when the latest node-local
+    event among them happened."""
     scan = config.library.scan([line.text for line in lines], [line.host for line in lines])
     wanted: dict[int, str] = {}
-    explaining = False
+    node_events: list[datetime] = []
     for finding in scan.groups:
         # A node-local event alone (a link that went down) fails nothing, but it is kept: it
         # explains a hang or the failures that may follow.
-        explaining |= finding.role is Role.CONTEXT and finding.implicates_node
+        if finding.role is Role.CONTEXT and finding.implicates_node:
+            node_events.append(lines[finding.line_numbers[-1] - 1].at)
         for number in finding.line_numbers[:MAX_REPEATS_KEPT]:
             wanted[number] = finding.role.value
         if finding.category.value == "application_error":
             start = max(1, finding.first_line - TRACEBACK_LINES)
             for number in range(start, finding.first_line):
                 wanted.setdefault(number, "context")
-    if not explaining and not any(role != Role.CONTEXT.value for role in wanted.values()):
-        return False
+    node_event_at = max(node_events, default=None)
+    if not node_events and not any(role != Role.CONTEXT.value for role in wanted.values()):
+        return False, None
     kept = list(monitor.matched_lines)
     for number in sorted(wanted)[: max(0, MAX_KEPT_LINES - len(kept))]:
         line = lines[number - 1]
@@ -244,7 +250,7 @@ def _keep_matches(
             }
         )
     monitor.matched_lines = kept
-    return True
+    return True, node_event_at
 
 
 def check(
@@ -337,6 +343,7 @@ def _tracker(monitor: AttemptMonitor, started_at: datetime | None = None) -> Pro
         started_at=start,
         last_step=data.get("last_step"),
         first_progress_at=_time(data.get("first_progress_at")),
+        node_event_at=_time(data.get("node_event_at")),
         last_progress_at=_time(data.get("last_progress_at")),
         interval_seconds=data.get("interval_seconds"),
         reports=data.get("reports", 0),
@@ -422,6 +429,7 @@ def _store_tracker(monitor: AttemptMonitor, tracker: ProgressTracker) -> None:
         **kept,
         "last_step": tracker.last_step,
         "first_progress_at": _iso(tracker.first_progress_at),
+        "node_event_at": _iso(tracker.node_event_at),
         "last_progress_at": _iso(tracker.last_progress_at),
         "interval_seconds": tracker.interval_seconds,
         "reports": tracker.reports,

@@ -326,3 +326,25 @@ def test_a_first_attempt_has_the_whole_start_up_grace(site) -> None:
     assert not Anomaly.objects.exists()
     scan.scan_cluster(cluster, T0 + timedelta(minutes=31))
     assert "within 1800 s of the start" in Anomaly.objects.get().summary
+
+
+def test_a_job_whose_node_lost_its_link_before_its_first_step_hangs_a_minute_later(
+    tmp_path: Path,
+) -> None:
+    """Not half an hour of start-up grace: a job still starting up when a link of one of its
+    nodes goes down cannot get through its first collective."""
+    cluster, logs, node_logs = files_cluster(tmp_path, "fabric", node_logs=True)
+    job = JobRecordFactory(job_id="9102", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
+    services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
+    append(logs / "slurm-9102.out", "[rank0]: loading the dataset\n")
+    append(
+        node_logs / "gpu-node-002.log",
+        "2026-11-29T12:00:40+00:00 gpu-node-002 kernel: mlx5_core 0000:5e:00.0: Port module "
+        "event: module 0, Cable unplugged\n",
+    )
+    scan.scan_cluster(cluster, T0 + timedelta(seconds=95))
+    assert not Anomaly.objects.exists()
+    scan.scan_cluster(cluster, T0 + timedelta(seconds=105))
+    hang = Anomaly.objects.get()
+    assert (hang.kind, hang.implicated_hosts, hang.node_local) == ("hang", ["gpu-node-002"], True)
+    assert "60 s after an event on one of its nodes" in hang.summary, hang.summary

@@ -70,6 +70,8 @@ class ProgressTracker:
     # of the workload's earlier attempts (None: none of them got that far).
     earlier_startup_seconds: float | None = None
     first_progress_at: datetime | None = None
+    # The latest node-local event (a link of one of its nodes went down) in the job's lines.
+    node_event_at: datetime | None = None
     last_step: int | None = None
     last_progress_at: datetime | None = None
     interval_seconds: float | None = None
@@ -104,6 +106,13 @@ class ProgressTracker:
             pause_ended_at=None,
             last_line=text[:500],
         )
+
+    def observe_node_event(self, at: datetime) -> ProgressTracker:
+        """A node-local event on one of the job's nodes: it fails nothing by itself, but a job
+        still starting up when it comes will not get further."""
+        if self.node_event_at is not None and self.node_event_at >= at:
+            return self
+        return replace(self, node_event_at=at)
 
     def observe_line(self, at: datetime, text: str) -> ProgressTracker:
         """A line that is not a progress report: it may begin or end a save or evaluation."""
@@ -191,6 +200,10 @@ def check_hang(
     allowed = overdue_allowance(tracker, now, settings, counts_from)
     if allowed is not None:
         return _no_progress(job_id, tracker, silent_since(tracker, counts_from), allowed)
+    after_event = _silent_after_node_event(tracker, now, settings, counts_from)
+    if after_event is not None:
+        why = f"{settings.floor_seconds:.0f} s after an event on one of its nodes"
+        return _no_progress(job_id, tracker, silent_since(tracker, counts_from), after_event, why)
     # GPUs wait on storage during a save or a load: idle then is the pause, not a hang, and
     # an idle spell counts from the pause's end.
     if tracker.checkpoint_since is not None or tracker.gpus_idle_since is None:
@@ -201,12 +214,34 @@ def check_hang(
     return None
 
 
+def _silent_after_node_event(
+    tracker: ProgressTracker,
+    now: datetime,
+    settings: HangSettings,
+    counts_from: datetime | None = None,
+) -> float | None:
+    """A job still starting up (no progress yet, no checkpoint load running) when a link of
+    one of its nodes went down is hung once ``floor_seconds`` pass after that event without
+    progress: its first collective cannot complete, so the start-up grace no longer applies.
+    The silence allowed (seconds) when that is so, else None."""
+    event = tracker.node_event_at
+    if event is None or tracker.last_progress_at is not None or tracker.pause == "load":
+        return None
+    if event < silent_since(tracker, counts_from):
+        return None  # before the silence that counts (a telemetry gap, a load that since ended)
+    if now - event <= timedelta(seconds=settings.floor_seconds):
+        return None
+    return (event - silent_since(tracker, counts_from)).total_seconds() + settings.floor_seconds
+
+
 def _no_progress(
-    job_id: str, tracker: ProgressTracker, since: datetime, allowed: float
+    job_id: str, tracker: ProgressTracker, since: datetime, allowed: float, why: str = ""
 ) -> Interruption:
     if tracker.last_progress_at is None:
         what = f"no progress line within {allowed:.0f} s of the start"
-        if tracker.earlier_startup_seconds is not None and tracker.pause != "load":
+        if why:
+            what += f" ({why})"
+        elif tracker.earlier_startup_seconds is not None and tracker.pause != "load":
             what += (
                 f" (its workload's earlier attempts reached their first step within "
                 f"{tracker.earlier_startup_seconds:.0f} s)"

@@ -201,3 +201,27 @@ def test_a_visible_checkpoint_load_gets_the_whole_start_up_grace() -> None:
 def test_the_first_progress_is_remembered() -> None:
     tracker = steady(3, every=30)
     assert tracker.first_progress_at == T0 + timedelta(seconds=60)
+
+
+def test_a_job_starting_up_when_its_nodes_link_went_down_hangs_a_floor_after_the_event() -> None:
+    settings = HangSettings(floor_seconds=60, startup_grace_seconds=1800)
+    tracker = ProgressTracker(started_at=T0).observe_node_event(T0 + timedelta(seconds=40))
+    assert check_hang("1", tracker, T0 + timedelta(seconds=99), settings) is None
+    finding = check_hang("1", tracker, T0 + timedelta(seconds=101), settings)
+    assert finding is not None and finding.first_evidence_at == T0
+    assert "within 100 s of the start (60 s after an event on one of its nodes)" in finding.summary
+
+
+def test_a_node_event_does_not_shorten_a_running_jobs_or_a_loads_allowance() -> None:
+    settings = HangSettings(floor_seconds=60, startup_grace_seconds=1800)
+    running = steady(20, every=30)
+    last = running.last_progress_at
+    assert last is not None
+    running = running.observe_node_event(last + timedelta(seconds=1))
+    assert check_hang("1", running, last + timedelta(seconds=149), settings) is None
+    loading = (
+        ProgressTracker(started_at=T0)
+        .observe_line(T0, " loading checkpoint from /ckpt/llama at iteration 4000")
+        .observe_node_event(T0 + timedelta(seconds=5))
+    )
+    assert check_hang("1", loading, T0 + timedelta(seconds=600), settings) is None
