@@ -270,9 +270,8 @@ def check(
     end of the last telemetry gap of the logs; silence before it is not the job's.
     ``earlier_startup_seconds``: how long the workload's earlier attempts took to reach their
     first step (``earlier_startups``), which sets this one's start-up allowance."""
-    tracker = replace(
-        _tracker(monitor, attempt.started_at or attempt.first_seen_at),
-        earlier_startup_seconds=earlier_startup_seconds,
+    tracker = _tracker(
+        monitor, attempt.started_at or attempt.first_seen_at, earlier_startup_seconds
     )
     if utilisation is None:
         tracker = replace(tracker, gpus_idle_since=None)
@@ -335,12 +334,17 @@ def _divergence(monitor: AttemptMonitor, attempt: Attempt, now: datetime) -> Int
     return divergence_interruption(attempt.job_id, found, at, peak.get("text", ""))
 
 
-def _tracker(monitor: AttemptMonitor, started_at: datetime | None = None) -> ProgressTracker:
+def _tracker(
+    monitor: AttemptMonitor,
+    started_at: datetime | None = None,
+    earlier_startup_seconds: float | None = None,
+) -> ProgressTracker:
     data = monitor.progress or {}
     # Derived from the attempt each time: a job seen pending starts its grace when it runs.
     start = started_at or monitor.attempt.started_at or monitor.attempt.first_seen_at
     return ProgressTracker(
         started_at=start,
+        earlier_startup_seconds=earlier_startup_seconds,
         last_step=data.get("last_step"),
         first_progress_at=_time(data.get("first_progress_at")),
         node_event_at=_time(data.get("node_event_at")),

@@ -153,13 +153,18 @@ def allowed_silence(tracker: ProgressTracker, settings: HangSettings) -> float:
 
 def startup_allowance(tracker: ProgressTracker, settings: HangSettings) -> float:
     """The silence allowed before the first progress report."""
-    learned = tracker.earlier_startup_seconds
-    if learned is None or tracker.pause == "load":
+    learned = _learned_startup(tracker)
+    if learned is None:
         return settings.startup_grace_seconds
     return min(
         settings.startup_grace_seconds,
         max(settings.floor_seconds, settings.startup_multiple * learned),
     )
+
+
+def _learned_startup(tracker: ProgressTracker) -> float | None:
+    """The earlier attempts' start-up this one is measured by; none while a load is visible."""
+    return None if tracker.pause == "load" else tracker.earlier_startup_seconds
 
 
 def _pause_grace(tracker: ProgressTracker, settings: HangSettings) -> float:
@@ -227,11 +232,12 @@ def _silent_after_node_event(
     event = tracker.node_event_at
     if event is None or tracker.last_progress_at is not None or tracker.pause == "load":
         return None
-    if event < silent_since(tracker, counts_from):
+    since = silent_since(tracker, counts_from)
+    if event < since:
         return None  # before the silence that counts (a telemetry gap, a load that since ended)
     if now - event <= timedelta(seconds=settings.floor_seconds):
         return None
-    return (event - silent_since(tracker, counts_from)).total_seconds() + settings.floor_seconds
+    return (event - since).total_seconds() + settings.floor_seconds
 
 
 def _no_progress(
@@ -239,12 +245,13 @@ def _no_progress(
 ) -> Interruption:
     if tracker.last_progress_at is None:
         what = f"no progress line within {allowed:.0f} s of the start"
+        learned = _learned_startup(tracker)
         if why:
             what += f" ({why})"
-        elif tracker.earlier_startup_seconds is not None and tracker.pause != "load":
+        elif learned is not None:
             what += (
                 f" (its workload's earlier attempts reached their first step within "
-                f"{tracker.earlier_startup_seconds:.0f} s)"
+                f"{learned:.0f} s)"
             )
     else:
         what = f"no progress since step {tracker.last_step} for more than {allowed:.0f} s"
