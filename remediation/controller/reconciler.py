@@ -217,10 +217,14 @@ class Controller:
         return True
 
     def _restart(self, advice: AdviceItem, job: JobRecord) -> None:
+        _wait_if_completing(job)
         if _needs_requeue(advice, job):
             self.scheduler.requeue_hold(advice.job_id)
             self._milestone(advice, "requeue_hold")
             job = self._fresh(advice)
+            # A running job requeued is completing a while (held): its exclusions, which
+            # Slurm takes only while it is pending, follow once it settles.
+            _wait_if_completing(job)
         # Only ever add: exclusions already on the job (the user's, an earlier advice's) are kept.
         wanted = set(advice.exclude_nodes) | set(job.excluded_nodes)
         if advice.desired_state == "running_excluding" and not wanted <= set(job.excluded_nodes):
@@ -257,8 +261,7 @@ class Controller:
     def _cancel(self, advice: AdviceItem, job: JobRecord) -> None:
         # A stop is final: a job Slurm requeued itself (pending, or running again) is
         # cancelled too. One still completing may yet be requeued: settled next cycle.
-        if job.state == JobState.COMPLETING:
-            raise NotYetConverged(f"job {job.job_id} is completing; cancelled once it settles")
+        _wait_if_completing(job)
         if not job.is_terminal or job.held:
             self.scheduler.cancel(advice.job_id)
         # Recorded even when the job had already ended: the desired state is reached either way.
@@ -349,6 +352,12 @@ class Controller:
 
 def _taken_out(node: NodeRecord) -> bool:
     return node.state in (NodeState.DRAINED, NodeState.DRAINING, NodeState.DOWN)
+
+
+def _wait_if_completing(job: JobRecord) -> None:
+    """A completing job may yet be requeued or end: the advice is taken up again next cycle."""
+    if job.state == JobState.COMPLETING:
+        raise NotYetConverged(f"job {job.job_id} is completing; taken up again once it settles")
 
 
 def _needs_requeue(advice: AdviceItem, job: JobRecord) -> bool:

@@ -151,6 +151,29 @@ def test_a_failed_job_is_still_requeued_held_excluded_and_released() -> None:
     assert [c[0] for c in slurm.commands] == ["requeuehold", "update", "release"]
 
 
+class RequeuedWhileRunning(RecordedSlurm):
+    """A running job requeue-held: Slurm shows it completing (held) until its step is gone."""
+
+    def requeue_hold(self, job_id: str) -> None:
+        self._do("requeuehold", job_id, state=JobState.COMPLETING, held=True, restart_count=1)
+
+
+def test_a_job_requeued_while_running_gets_its_exclusion_once_it_stops_completing() -> None:
+    slurm = RequeuedWhileRunning(job(JobState.RUNNING, nodes=("node1", "node2")))
+    first = run(slurm, advice())
+    # Not released before its exclusion: it would start again on the bad node.
+    assert (slurm.commands, first.dispositions) == ([("requeuehold", "42")], ["pending"])
+    slurm.current = replace(slurm.current, state=JobState.PENDING)
+    second = run(slurm, advice())
+    assert slurm.commands[1:] == [("update", "42", "node2"), ("release", "42")]
+    assert [step for step, _ in first.milestones + second.milestones] == [
+        "requeue_hold",
+        "update_exclusions",
+        "release",
+    ]
+    assert second.dispositions == ["pending", "converged"]
+
+
 def test_a_stop_waits_out_a_completing_job_and_cancels_what_slurm_requeued() -> None:
     slurm = RecordedSlurm(job(JobState.COMPLETING, nodes=("node1",)))
     first = run(slurm, advice("cancelled"))
