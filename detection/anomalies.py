@@ -13,9 +13,9 @@ from django.db import transaction
 
 from detection.core.interruption import Interruption
 from detection.core.lifecycle import Successor, healthy_because
-from recovery_console.fleet import audit, events, services
-from recovery_console.fleet.core.taxonomy import Kind
-from recovery_console.fleet.models import Attempt, Workload
+from fleet import audit, events, services
+from fleet.core.taxonomy import Kind
+from fleet.models import Attempt, Workload
 
 from .models import Anomaly, AnomalyFamily, AnomalyOutcome, AnomalyState, AttemptMonitor
 

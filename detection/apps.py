@@ -7,7 +7,7 @@ class DetectionConfig(AppConfig):
     name = "detection"
 
     def ready(self) -> None:
-        from recovery_console.fleet.models import register_cluster_check
+        from fleet.models import register_cluster_check
 
         from .services import telemetry_problems
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from detection.core.constants import DEFAULT_GPUS_PER_NODE
 from detection.core.losses import AttemptCostInput, GpuHoursLost, gpu_hours_lost
-from recovery_console.fleet.models import ENDED_ATTEMPT_STATES, Attempt, Cluster, Node
+from fleet.models import ENDED_ATTEMPT_STATES, Attempt, Cluster, Node
 
 from .models import AttemptMonitor
 

@@ -10,8 +10,8 @@ from django.db import transaction
 from django.db.models import Q
 
 from detection.core.gaps import SourceReading, gap_reason
-from recovery_console.fleet import audit, events
-from recovery_console.fleet.models import Cluster
+from fleet import audit, events
+from fleet.models import Cluster
 
 from .models import TelemetryGap
 

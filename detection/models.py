@@ -15,8 +15,8 @@ from detection.core.constants import MAX_EVIDENCE
 from detection.core.interruption import Confidence, Evidence, Interruption
 from detection.core.sharding import scan_shards_problems
 from detection.core.telemetry import LogLine
-from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
-from recovery_console.fleet.models import Attempt, Cluster, Workload
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from fleet.models import Attempt, Cluster, Workload
 
 
 class SourceCursor(models.Model):

@@ -43,8 +43,8 @@ from detection.core.detectors.straggler import (
 from detection.core.interruption import Interruption
 from detection.core.progress import parse_progress
 from detection.core.telemetry import LogLine, MetricSample
-from recovery_console.fleet import audit
-from recovery_console.fleet.models import Attempt
+from fleet import audit
+from fleet.models import Attempt
 
 from .models import AttemptMonitor
 

@@ -38,8 +38,8 @@ from detection.core.sharding import shard_of
 from detection.core.telemetry import Dcgm, LogLine, MetricSample
 from detection.sources.base import LogSource, SourceUnavailable
 from detection.sources.config import ClusterSources
-from recovery_console.fleet import audit
-from recovery_console.fleet.models import Attempt, Cluster, Node
+from fleet import audit
+from fleet.models import Attempt, Cluster, Node
 
 from . import gaps, monitors
 from .anomalies import Recorded, record_interruption, resolve_settled

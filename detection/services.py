@@ -21,9 +21,9 @@ from detection.sources.config import (
     build_sources,
     check_telemetry,
 )
-from recovery_console.fleet import audit
-from recovery_console.fleet.models import Cluster
-from recovery_console.fleet.outbound import allowed_hosts, secret_store
+from fleet import audit
+from fleet.models import Cluster
+from fleet.outbound import allowed_hosts, secret_store
 
 from .models import DetectionSettings, ScanShardLease, SourceCursor
 

@@ -117,12 +117,12 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "channels",
     # The loop's four floors, lowest first, then the tools that stand beside it.
-    "recovery_console.fleet",
+    "fleet",
     "detection",
     "remediation",
     "recovery_console.console",
-    "recovery_console.demo",
-    "recovery_console.bench",
+    "lab.demo",
+    "lab.bench",
 ]
 
 MIDDLEWARE = [
@@ -162,9 +162,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["NAME"] = name if name.is_absolute() else BASE_DIR / name
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Repeated failed logins lock the user name out (recovery_console/fleet/throttle.py); API
+# Repeated failed logins lock the user name out (fleet/throttle.py); API
 # tokens are checked by digest, and a client address sending many wrong ones is refused a while.
-AUTHENTICATION_BACKENDS = ["recovery_console.fleet.throttle.ThrottledModelBackend"]
+AUTHENTICATION_BACKENDS = ["fleet.throttle.ThrottledModelBackend"]
 LOGIN_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 TOKEN_FAILURE_LIMIT = env.int("TOKEN_FAILURE_LIMIT", default=20)
 LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=900)
@@ -305,11 +305,11 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # Several models have a ``state`` or ``status``; name each enum after what it belongs to.
     "ENUM_NAME_OVERRIDES": {
-        "WorkloadStateEnum": "recovery_console.fleet.models.WorkloadState",
-        "AttemptStateEnum": "recovery_console.fleet.models.JOB_STATE_CHOICES",
-        "NodeStateEnum": "recovery_console.fleet.models.NODE_STATE_CHOICES",
+        "WorkloadStateEnum": "fleet.models.WorkloadState",
+        "AttemptStateEnum": "fleet.models.JOB_STATE_CHOICES",
+        "NodeStateEnum": "fleet.models.NODE_STATE_CHOICES",
         "AdviceStateEnum": "remediation.models.AdviceState",
-        "AdviceActionEnum": "recovery_console.fleet.core.taxonomy.ACTION_CHOICES",
+        "AdviceActionEnum": "fleet.core.taxonomy.ACTION_CHOICES",
         "AnomalyStateEnum": "detection.models.AnomalyState",
         "NodeHealthStateEnum": "remediation.models.NodeHealthState",
         "ModeRequestStatusEnum": "recovery_console.console.models.ModeRequestStatus",

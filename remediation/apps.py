@@ -7,7 +7,7 @@ class RemediationConfig(AppConfig):
     name = "remediation"
 
     def ready(self) -> None:
-        from recovery_console.fleet.models import register_cluster_check
+        from fleet.models import register_cluster_check
 
         from .services import policy_problems
 

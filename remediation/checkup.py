@@ -17,9 +17,9 @@ from typing import Any
 from detection.models import Anomaly, SourceCursor
 from detection.services import cluster_sources
 from detection.sources import SourceUnavailable
-from recovery_console.fleet.core.outbound import SecretStore, SecretUnavailable
-from recovery_console.fleet.models import Attempt, Cluster
-from recovery_console.fleet.outbound import secret_store
+from fleet.core.outbound import SecretStore, SecretUnavailable
+from fleet.models import Attempt, Cluster
+from fleet.outbound import secret_store
 from remediation.controller import (
     LocalTransport,
     SlurmClient,

@@ -8,8 +8,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from recovery_console.fleet import services as console
-from recovery_console.fleet.core.scheduler import ClusterSnapshot
+from fleet import services as console
+from fleet.core.scheduler import ClusterSnapshot
 from remediation import reporters, services
 from remediation.advisor.serializers import AdviceSerializer, NodeResumeSerializer
 from remediation.controller.reconciler import AdviceItem, AdviceWithdrawn, NodeResume

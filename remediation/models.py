@@ -10,8 +10,8 @@ from typing import ClassVar
 from django.db import models
 
 from detection.models import Anomaly
-from recovery_console.fleet.core.taxonomy import ACTION_CHOICES, Action
-from recovery_console.fleet.models import Attempt, Cluster, Workload
+from fleet.core.taxonomy import ACTION_CHOICES, Action
+from fleet.models import Attempt, Cluster, Workload
 
 
 class DesiredState(models.TextChoices):

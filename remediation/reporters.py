@@ -13,8 +13,8 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
-from recovery_console.fleet import audit, events
-from recovery_console.fleet.models import Cluster
+from fleet import audit, events
+from fleet.models import Cluster
 from remediation.core.policy import InvalidPolicy, Policy, parse_policy
 
 from .models import ControllerToken

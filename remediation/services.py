@@ -18,10 +18,10 @@ from detection.core.findings import KNOWN_FINDINGS
 from detection.core.signatures import SignatureLibrary, build_library
 from detection.models import Anomaly, AnomalyState, AttemptMonitor, SourceCursor
 from detection.services import custom_signatures_of
-from recovery_console.fleet import audit, events
-from recovery_console.fleet import services as fleet
-from recovery_console.fleet.core.taxonomy import Action
-from recovery_console.fleet.models import Attempt, Cluster, ClusterMode, Node
+from fleet import audit, events
+from fleet import services as fleet
+from fleet.core.taxonomy import Action
+from fleet.models import Attempt, Cluster, ClusterMode, Node
 from remediation.core.attribution import AttemptView, pci_key
 from remediation.core.decisions import Decision
 from remediation.core.incident import History, Incident, restarts_since_progress

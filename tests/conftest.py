@@ -28,7 +28,7 @@ def own_cache_keys(settings) -> None:
 def drop_audit_triggers() -> None:
     from django.db import connection
 
-    from recovery_console.fleet.audit import drop_append_only_triggers
+    from fleet.audit import drop_append_only_triggers
 
     with connection.cursor() as cursor:
         drop_append_only_triggers(cursor.execute, connection.vendor)

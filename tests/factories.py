@@ -8,8 +8,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from detection.models import Anomaly
-from recovery_console.fleet.core.scheduler import JobRecord, JobState
-from recovery_console.fleet.models import Attempt, Cluster, Node, Workload
+from fleet.core.scheduler import JobRecord, JobState
+from fleet.models import Attempt, Cluster, Node, Workload
 from remediation.models import Advice
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

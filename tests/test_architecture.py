@@ -34,8 +34,8 @@ class Blocked(MetaPathFinder):
 
 sys.meta_path.insert(0, Blocked())
 from datetime import UTC, datetime
-import recovery_console.simulator as simulator
-import detection.core.diagnosis, remediation.core.policy, recovery_console.fleet.core.taxonomy
+import lab.simulator as simulator
+import detection.core.diagnosis, remediation.core.policy, fleet.core.taxonomy
 
 cluster = simulator.SimulatedCluster(
     simulator.SimulationConfig(start_time=datetime(2026, 12, 1, tzinfo=UTC), nodes=8)

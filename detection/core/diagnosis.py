@@ -58,7 +58,7 @@ from detection.core.signatures import (
 )
 from detection.core.telemetry import LogLine
 from detection.core.trends import LAGGING_MEMBER, trend_findings
-from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
 # --- entry points ---------------------------------------------------------------------------
 

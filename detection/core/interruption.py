@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
 # Stored evidence keeps this much of a line (the diagnosis output keeps less, see constants).
 MAX_STORED_EVIDENCE_TEXT = 2000

@@ -19,7 +19,7 @@ from detection.core.progress import parse_progress
 from detection.core.signatures.entries import NAN
 from detection.core.signatures.fields import extract_fields, strip_prefixes
 from detection.core.signatures.model import MatchGroup, classify, compile_re
-from recovery_console.fleet.core.taxonomy import Attribution, Category, Kind
+from fleet.core.taxonomy import Attribution, Category, Kind
 
 # An excerpt is all there is: a spike is judged on the readings after it, however few.
 EXCERPT_DIVERGENCE = DivergenceSettings(settle_readings=0)

@@ -34,7 +34,7 @@ from detection.sources import (
     VictoriaLogsConfig,
     VictoriaLogsSource,
 )
-from recovery_console.fleet.core.outbound import (
+from fleet.core.outbound import (
     SECRET_KEYS,
     SecretStore,
     SecretUnavailable,

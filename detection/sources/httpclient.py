@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from detection.sources.base import SourceUnavailable
-from recovery_console.fleet.core.outbound import NO_REDIRECTS, host_allowed, opener_trusting
+from fleet.core.outbound import NO_REDIRECTS, host_allowed, opener_trusting
 
 # In chunks, so the size cap and the deadline are checked while the body arrives.
 READ_CHUNK = 256 * 1024

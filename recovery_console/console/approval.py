@@ -14,8 +14,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from recovery_console.fleet import audit, events
-from recovery_console.fleet.models import Cluster, ClusterMode
+from fleet import audit, events
+from fleet.models import Cluster, ClusterMode
 from remediation import services as remediation
 
 from .models import ModeChangeRequest, ModeRequestStatus

@@ -13,8 +13,8 @@ class ConsoleConfig(AppConfig):
 
     def ready(self) -> None:
         # The Celery app must exist before a task is sent from a web or command process.
+        from fleet.models import AuditEntry
         from recovery_console.celery import app  # noqa: F401
-        from recovery_console.fleet.models import AuditEntry
 
         post_save.connect(_notify, sender=AuditEntry, dispatch_uid="console.notifications")
         post_migrate.connect(_sync_roles, sender=self, dispatch_uid="console.roles")

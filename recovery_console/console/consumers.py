@@ -11,8 +11,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from recovery_console.fleet.events import cluster_group, workload_group
-from recovery_console.fleet.models import Workload
+from fleet.events import cluster_group, workload_group
+from fleet.models import Workload
 
 from .roles import VIEWER, has_role
 

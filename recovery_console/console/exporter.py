@@ -37,8 +37,8 @@ from detection.models import (
     SourceCursor,
     TelemetryGap,
 )
+from fleet.models import Cluster, ClusterMode
 from recovery_console.console import reviews
-from recovery_console.fleet.models import Cluster, ClusterMode
 from remediation import reporters
 from remediation.models import Advice, AdviceState
 

@@ -17,11 +17,11 @@ from django.template.defaultfilters import filesizeformat
 
 from detection.core.constants import DEFAULT_GPUS_PER_NODE
 from detection.core.sharding import MAX_SCAN_SHARDS, MIN_SCAN_SHARDS
-from recovery_console.fleet import throttle
-from recovery_console.fleet.core.outbound import redacted
-from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
-from recovery_console.fleet.models import Cluster, WorkloadState
-from recovery_console.fleet.services import REGISTRATION_FIELDS
+from fleet import throttle
+from fleet.core.outbound import redacted
+from fleet.core.taxonomy import ACTION_CHOICES
+from fleet.models import Cluster, WorkloadState
+from fleet.services import REGISTRATION_FIELDS
 
 JSON_ATTRS = {"rows": 10, "spellcheck": "false", "class": "code"}
 

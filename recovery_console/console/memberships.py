@@ -14,8 +14,8 @@ from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
-from recovery_console.fleet import audit
-from recovery_console.fleet.models import Cluster
+from fleet import audit
+from fleet.models import Cluster
 
 from .models import ClusterMembership, ClusterRole
 from .roles import ADMIN, ROLES, UnknownRole, forget_roles

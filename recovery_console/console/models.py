@@ -12,10 +12,10 @@ from django.core.exceptions import ValidationError
 from django.core.validators import EmailValidator, URLValidator
 from django.db import models
 
-from recovery_console.fleet.core.outbound import url_host, url_problem
-from recovery_console.fleet.core.taxonomy import ACTION_LABELS, Action, choices
-from recovery_console.fleet.models import Cluster
-from recovery_console.fleet.outbound import allowed_hosts
+from fleet.core.outbound import url_host, url_problem
+from fleet.core.taxonomy import ACTION_LABELS, Action, choices
+from fleet.models import Cluster
+from fleet.outbound import allowed_hosts
 
 
 class Review(models.Model):

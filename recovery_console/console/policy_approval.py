@@ -15,9 +15,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from recovery_console.fleet import audit, events
-from recovery_console.fleet import services as fleet
-from recovery_console.fleet.models import Cluster, ClusterMode
+from fleet import audit, events
+from fleet import services as fleet
+from fleet.models import Cluster, ClusterMode
 from remediation.core.policy import InvalidPolicy, parse_policy
 
 from .approval import second_person_refusal

@@ -16,8 +16,8 @@ from typing import Any
 
 from django.db import transaction
 
-from recovery_console.fleet import services as fleet
-from recovery_console.fleet.models import Cluster
+from fleet import services as fleet
+from fleet.models import Cluster
 
 from . import policy_approval
 from .models import PolicyChangeRequest

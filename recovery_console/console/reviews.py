@@ -25,9 +25,9 @@ from django.db import transaction
 from django.db.models import Count, F, Max, Q, QuerySet
 from django.utils import timezone
 
-from recovery_console.fleet import audit, events
-from recovery_console.fleet.core.taxonomy import Action
-from recovery_console.fleet.models import Cluster
+from fleet import audit, events
+from fleet.core.taxonomy import Action
+from fleet.models import Cluster
 from remediation.core.policy import parse_policy
 from remediation.models import Advice
 

@@ -157,7 +157,7 @@ def cluster_id_of(thing: Any) -> int | None:
     """The id of the cluster a cluster, a cluster id or a row of one cluster belongs to."""
     if thing is None or isinstance(thing, int):
         return thing
-    from recovery_console.fleet.models import Cluster
+    from fleet.models import Cluster
 
     if isinstance(thing, Cluster):
         return int(thing.pk)
@@ -243,7 +243,7 @@ def _cluster_in_url(kwargs: dict[str, Any]) -> int | None:
     name = kwargs.get("name")
     if name is None:
         return None
-    from recovery_console.fleet.models import Cluster
+    from fleet.models import Cluster
 
     return Cluster.objects.filter(name=name).values_list("pk", flat=True).first()
 

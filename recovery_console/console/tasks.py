@@ -26,10 +26,10 @@ from django.utils import timezone
 
 from detection import scan
 from detection import services as detection
+from fleet import services
+from fleet.core.scheduler import snapshot_from_json
+from fleet.models import AuditEntry, Cluster
 from recovery_console.console.models import NotificationChannel
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import snapshot_from_json
-from recovery_console.fleet.models import AuditEntry, Cluster
 from remediation import reporters
 from remediation import services as remediation
 

@@ -7,7 +7,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from recovery_console.fleet import throttle
+from fleet import throttle
 from remediation.models import ControllerToken
 from remediation.services import authenticate_controller
 

@@ -4,7 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from recovery_console.fleet.core.scheduler import JobState, NodeState
+from fleet.core.scheduler import JobState, NodeState
 from remediation.core.drains import drain_reason
 from remediation.models import Advice, Milestone, NodeHealth
 

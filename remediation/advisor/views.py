@@ -16,8 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from recovery_console.fleet import services as console
-from recovery_console.fleet.core.scheduler import (
+from fleet import services as console
+from fleet.core.scheduler import (
     ClusterSnapshot,
     JobRecord,
     JobState,

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, snapshot_to_json
+from fleet.core.scheduler import ClusterSnapshot, snapshot_to_json
 
 from .reconciler import AdviceItem, AdviceWithdrawn, AdvisorUnavailable, NodeResume
 

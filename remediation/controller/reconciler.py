@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from recovery_console.fleet.core.scheduler import (
+from fleet.core.scheduler import (
     ClusterSnapshot,
     JobRecord,
     JobState,

@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobRecord
+from fleet.core.scheduler import ClusterSnapshot, JobRecord
 
 from .slurm_json import SlurmOutputError, jobs_from_document, load_document, nodes_from_document
 from .transport import DEFAULT_TIMEOUT, CommandResult, Transport

@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from recovery_console.fleet.core.scheduler import (
+from fleet.core.scheduler import (
     TERMINAL_JOB_STATES,
     JobRecord,
     JobState,

@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobRecord, JobState
+from fleet.core.scheduler import ClusterSnapshot, JobRecord, JobState
 
 from .reconciler import (
     VERSION,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from detection.core.interruption import HostOrigin, Interruption
-from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel
 
 from .incident import Incident
 

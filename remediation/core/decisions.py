@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from recovery_console.fleet.core.taxonomy import Action, category_words
+from fleet.core.taxonomy import Action, category_words
 
 from .incident import History, Incident
 from .isolation import isolate

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from recovery_console.fleet.core.taxonomy import Action, Category
+from fleet.core.taxonomy import Action, Category
 
 from .isolation import IsolationRules
 

@@ -13,7 +13,7 @@ from detection.core.decoding import DecodeReport
 from detection.core.diagnosis import diagnose_bytes
 from detection.core.interruption import Confidence, Interruption
 from detection.core.signatures import SignatureLibrary
-from recovery_console.fleet.core.taxonomy import ConfidenceLabel
+from fleet.core.taxonomy import ConfidenceLabel
 
 from .attribution import AttemptView, attribute
 from .decisions import Decision, decide

@@ -13,12 +13,12 @@ from django.utils import timezone
 
 from detection.anomalies import record_interruption
 from detection.core.interruption import Confidence, Evidence, Interruption
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from fleet.models import Attempt, Cluster, ClusterMode
 from recovery_console.console import reviews
 from recovery_console.console.models import ModeChangeRequest, Review
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
-from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
-from recovery_console.fleet.models import Attempt, Cluster, ClusterMode
 from remediation.models import Advice
 from tests.factories import AdviceFactory, JobRecordFactory, WorkloadFactory
 

@@ -15,9 +15,9 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
-from recovery_console.fleet.models import Attempt
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
+from fleet.models import Attempt
 from tests.factories import JobRecordFactory
 from tests.test_settings import ROOT, free_port, get, manage, production
 

@@ -34,9 +34,9 @@ def test_the_schema_and_its_browsable_ui_are_served() -> None:
 def test_every_null_the_api_returns_is_declared_nullable_in_the_schema() -> None:
     """A client generated from the schema must not choke on a real answer: an audit entry
     about a person has no cluster, an open mode request no decider."""
+    from fleet import services
     from recovery_console.console.api.tokens import rotate_token
     from recovery_console.console.approval import request_action_mode
-    from recovery_console.fleet import services
 
     cluster = services.create_cluster("user:alice", "research")
     admin = UserFactory(username="root", roles=["viewer", "operator", "approver", "admin"])

@@ -15,11 +15,11 @@ import redis
 from django.db import connection
 from kombu import Connection
 
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot, snapshot_to_json
+from fleet.models import Attempt
 from recovery_console.celery import app
 from recovery_console.console import tasks
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, snapshot_to_json
-from recovery_console.fleet.models import Attempt
 from tests.factories import JobRecordFactory
 from tests.test_settings import ROOT, free_port
 

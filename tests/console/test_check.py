@@ -11,10 +11,10 @@ from django.core.management import call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot
+from fleet.models import AuditEntry
 from recovery_console.console import memberships
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot
-from recovery_console.fleet.models import AuditEntry
 from remediation import services as remediation
 from tests.factories import JobRecordFactory, UserFactory
 

@@ -11,11 +11,11 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
+from fleet import services
+from fleet.models import AuditEntry, Cluster
 from recovery_console.asgi import application
 from recovery_console.console import approval, memberships, reviews, roles
 from recovery_console.console.models import ClusterMembership, ModeChangeRequest, Review
-from recovery_console.fleet import services
-from recovery_console.fleet.models import AuditEntry, Cluster
 from tests.console.api.conftest import advice_on
 from tests.factories import UserFactory
 

@@ -20,9 +20,9 @@ from detection.core.telemetry import LogLine
 from detection.models import DetectionSettings
 from detection.sources.config import ClusterSources
 from detection.sources.memory import MemoryLogSource
+from fleet import services
 from recovery_console.celery import app
 from recovery_console.console.tasks import cycle_lease, dispatch_cycles, run_cycle
-from recovery_console.fleet import services
 from tests.console.test_notifications import reroute
 
 pytestmark = pytest.mark.django_db

@@ -9,9 +9,9 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from detection.models import SourceCursor
+from fleet import services
+from fleet.models import Cluster, ClusterMode
 from recovery_console.console import reviews
-from recovery_console.fleet import services
-from recovery_console.fleet.models import Cluster, ClusterMode
 from remediation.models import ControllerToken
 from tests.factories import T0, AdviceFactory, UserFactory
 

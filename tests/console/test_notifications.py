@@ -16,13 +16,13 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from rest_framework.test import APIClient
 
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
+from fleet.models import AuditEntry, Cluster, ClusterMode
 from recovery_console.celery import app
 from recovery_console.console import approval, reviews
 from recovery_console.console.models import NotificationChannel
 from recovery_console.console.notifications import channels, delivery
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
-from recovery_console.fleet.models import AuditEntry, Cluster, ClusterMode
 from remediation import services as remediation
 from remediation.models import Advice
 from tests.factories import UserFactory

@@ -8,9 +8,9 @@ import pytest
 from django.test import Client
 
 from detection.models import DetectionSettings
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState, NodeRecord, NodeState
-from recovery_console.fleet.models import AuditEntry, Cluster
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot, JobState, NodeRecord, NodeState
+from fleet.models import AuditEntry, Cluster
 from remediation import services as remediation
 from remediation.models import NodeHealth
 from tests.factories import JobRecordFactory, UserFactory

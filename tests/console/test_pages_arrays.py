@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState
-from recovery_console.fleet.models import Workload
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot, JobState
+from fleet.models import Workload
 from tests.factories import JobRecordFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

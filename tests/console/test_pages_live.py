@@ -8,10 +8,10 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Group
 from django.test import Client
 
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot
+from fleet.events import send_cluster_changed
 from recovery_console.asgi import application
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot
-from recovery_console.fleet.events import send_cluster_changed
 from tests.factories import JobRecordFactory, UserFactory
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

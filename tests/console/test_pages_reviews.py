@@ -3,10 +3,10 @@
 import pytest
 from django.test import Client
 
+from fleet import services
+from fleet.models import AuditEntry, Cluster
 from recovery_console.console import reviews
 from recovery_console.console.models import ModeChangeRequest, Review
-from recovery_console.fleet import services
-from recovery_console.fleet.models import AuditEntry, Cluster
 from remediation.models import Advice
 from tests.factories import AdviceFactory, UserFactory, WorkloadFactory
 

@@ -7,8 +7,8 @@ import pytest
 import time_machine
 from django.test import Client
 
+from fleet import services
 from recovery_console.console import reviews
-from recovery_console.fleet import services
 from tests.factories import AdviceFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -12,10 +12,10 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
+from fleet import services
+from fleet.models import AuditEntry, Cluster, ClusterMode
 from recovery_console.console import memberships
 from recovery_console.console.roles import roles_of
-from recovery_console.fleet import services
-from recovery_console.fleet.models import AuditEntry, Cluster, ClusterMode
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

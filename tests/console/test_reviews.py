@@ -8,11 +8,11 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.exceptions import PermissionDenied
 
+from fleet import services
+from fleet.events import cluster_group
+from fleet.models import AuditEntry, ClusterMode
 from recovery_console.console import approval, reviews
 from recovery_console.console.models import ModeChangeRequest, Review
-from recovery_console.fleet import services
-from recovery_console.fleet.events import cluster_group
-from recovery_console.fleet.models import AuditEntry, ClusterMode
 from tests.factories import AdviceFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -12,8 +12,8 @@ from django.test import RequestFactory
 from django.views import View
 from rest_framework.test import APIRequestFactory
 
+from lab.demo.management.commands.seed_demo import DEMO_USERS
 from recovery_console.console import roles
-from recovery_console.demo.management.commands.seed_demo import DEMO_USERS
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -13,9 +13,9 @@ from kombu import Connection
 from detection import scan
 from detection import services as detection
 from detection.models import AttemptMonitor, SourceCursor
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot
 from recovery_console.console import tasks
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot
 from tests.console.test_celery_worker import RedisServer, broker, running_worker, wait_for
 from tests.factories import JobRecordFactory
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recovery_console.fleet import services
-from recovery_console.fleet.models import Cluster
+from fleet import services
+from fleet.models import Cluster
 
 
 def files_cluster(

@@ -9,9 +9,9 @@ import pytest
 
 from detection import scan
 from detection.models import AttemptMonitor
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState
-from recovery_console.fleet.models import AuditEntry
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot, JobState
+from fleet.models import AuditEntry
 from tests.detection.sites import files_cluster
 from tests.factories import JobRecordFactory
 

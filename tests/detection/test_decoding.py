@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from detection.core.constants import MAX_CLASSIFIED_LINES
 from detection.core.decoding import decode_bytes
 from detection.core.diagnosis import diagnose_bytes
-from recovery_console.fleet.core.taxonomy import Category, Kind
+from fleet.core.taxonomy import Category, Kind
 
 
 def test_decoding_replaces_invalid_utf8_and_strips_nul_bytes() -> None:

@@ -8,8 +8,8 @@ import pytest
 
 from detection.models import Anomaly, AnomalyFamily, SourceCursor
 from detection.scan import scan_cluster
-from recovery_console.demo.runner import SimulationRunner
-from recovery_console.fleet import services
+from fleet import services
+from lab.demo.runner import SimulationRunner
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -14,9 +14,9 @@ from detection.core import progress
 from detection.models import Anomaly, AttemptMonitor, PendingLines, SourceCursor
 from detection.sources.config import ClusterSources
 from detection.sources.memory import MemoryLogSource, MemoryMetrics
-from recovery_console.demo.runner import SimulationRunner
-from recovery_console.fleet import services
-from recovery_console.simulator import SimulatedCluster, SimulationConfig
+from fleet import services
+from lab.demo.runner import SimulationRunner
+from lab.simulator import SimulatedCluster, SimulationConfig
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from detection.core.constants import MAX_LINE_CHARS
 from detection.core.signatures import default_library
-from recovery_console.simulator import SimulatedCluster, SimulationConfig
+from lab.simulator import SimulatedCluster, SimulationConfig
 
 LIBRARY = default_library()
 FAILURES = [

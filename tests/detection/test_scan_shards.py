@@ -16,10 +16,10 @@ from detection.core.sharding import MAX_SCAN_SHARDS, shard_of
 from detection.models import AttemptMonitor, ScanShardLease, SourceCursor
 from detection.sources.config import ClusterSources
 from detection.sources.memory import MemoryLogSource, MemoryMetrics
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot
+from lab.demo.runner import SimulationRunner
 from recovery_console.console.tasks import dispatch_cycles
-from recovery_console.demo.runner import SimulationRunner
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot
 from tests.detection.sites import files_cluster
 from tests.factories import JobRecordFactory
 

@@ -10,10 +10,10 @@ from django_celery_beat.models import PeriodicTask
 from detection import scan
 from detection import services as detection
 from detection.models import Anomaly, AttemptMonitor, SourceCursor
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot, JobState
+from fleet.models import AuditEntry
 from recovery_console.console.tasks import dispatch_cycles
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState
-from recovery_console.fleet.models import AuditEntry
 from tests.detection.sites import files_cluster
 from tests.factories import JobRecordFactory
 

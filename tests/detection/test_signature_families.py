@@ -9,7 +9,7 @@ import pytest
 from detection.core.constants import Role
 from detection.core.diagnosis import diagnose_lines
 from detection.core.signatures import MatchGroup, scan_lines
-from recovery_console.fleet.core.taxonomy import Category
+from fleet.core.taxonomy import Category
 
 C = Category
 NODE, NOT_NODE = True, False

@@ -17,7 +17,7 @@ from detection.core.signatures import (
     grade_xid,
     scan_lines,
 )
-from recovery_console.fleet.core.taxonomy import Attribution, Category
+from fleet.core.taxonomy import Attribution, Category
 
 
 def scan(*lines: str) -> ScanResult:

@@ -25,7 +25,7 @@ from detection.core.signatures import (
     default_library,
     scan_lines,
 )
-from recovery_console.fleet.core.taxonomy import Category, Kind
+from fleet.core.taxonomy import Category, Kind
 
 
 def scan(*lines: str) -> ScanResult:

@@ -14,7 +14,7 @@ from detection.core.signatures import (
     ScanResult,
     scan_lines,
 )
-from recovery_console.fleet.core.taxonomy import Attribution, Category
+from fleet.core.taxonomy import Attribution, Category
 
 
 def scan(*lines: str) -> ScanResult:

@@ -8,10 +8,10 @@ import pytest
 
 from detection import scan
 from detection.models import Anomaly, TelemetryGap
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot
+from fleet.models import AuditEntry
 from recovery_console.console.notifications.delivery import events_of
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot
-from recovery_console.fleet.models import AuditEntry
 from tests.detection.sites import files_cluster
 from tests.factories import JobRecordFactory
 

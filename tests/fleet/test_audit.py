@@ -9,8 +9,8 @@ from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, connections
 from django.db.migrations.executor import MigrationExecutor
 
-from recovery_console.fleet import audit
-from recovery_console.fleet.models import AppendOnlyError, AuditChainHead, AuditEntry
+from fleet import audit
+from fleet.models import AppendOnlyError, AuditChainHead, AuditEntry
 
 pytestmark = pytest.mark.django_db
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -335,12 +335,12 @@ def test_entries_written_before_the_key_are_resealed_and_verify() -> None:
 def test_beat_exports_an_anchor_to_the_configured_file(anchor_file, settings, caplog) -> None:
     from django_celery_beat.models import PeriodicTask
 
-    from recovery_console.fleet.tasks import export_audit_anchor
+    from fleet.tasks import export_audit_anchor
 
     assert PeriodicTask.objects.filter(task="recovery_console.export_audit_anchor").exists()
     settings.AUDIT_ANCHOR_FILE = str(anchor_file)
     (*_, last) = append(3)
-    with caplog.at_level("INFO", logger="recovery_console.fleet.audit"):
+    with caplog.at_level("INFO", logger="fleet.audit"):
         assert export_audit_anchor.delay().get() == "audit anchor #3"
     assert json.loads(anchor_file.read_text())["hash"] == last.entry_hash
     assert last.entry_hash in caplog.text

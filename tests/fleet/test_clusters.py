@@ -1,8 +1,8 @@
 import pytest
 from django.core.exceptions import ValidationError
 
-from recovery_console.fleet import services
-from recovery_console.fleet.models import AuditEntry, Cluster
+from fleet import services
+from fleet.models import AuditEntry, Cluster
 
 pytestmark = pytest.mark.django_db
 

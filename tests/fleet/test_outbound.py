@@ -2,7 +2,7 @@
 
 import pytest
 
-from recovery_console.fleet.core.outbound import (
+from fleet.core.outbound import (
     REDACTED,
     SecretStore,
     host_allowed,

@@ -4,8 +4,8 @@ allowlist and the registration file)."""
 import pytest
 import yaml
 
-from recovery_console.fleet.core.outbound import SecretStore
-from recovery_console.fleet.core.registration import (
+from fleet.core.outbound import SecretStore
+from fleet.core.registration import (
     DocumentError,
     name_problem,
     partitions_problems,

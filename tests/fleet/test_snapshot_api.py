@@ -5,8 +5,8 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
-from recovery_console.fleet import services
-from recovery_console.fleet.models import Attempt, AuditEntry, Node
+from fleet import services
+from fleet.models import Attempt, AuditEntry, Node
 from remediation.services import issue_controller_token
 
 pytestmark = pytest.mark.django_db

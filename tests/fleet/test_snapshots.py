@@ -5,9 +5,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState, NodeRecord, NodeState
-from recovery_console.fleet.models import Attempt, AttemptIsHistory, AuditEntry, Node, Workload
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot, JobState, NodeRecord, NodeState
+from fleet.models import Attempt, AttemptIsHistory, AuditEntry, Node, Workload
 from tests.factories import JobRecordFactory
 
 pytestmark = pytest.mark.django_db

@@ -4,10 +4,10 @@ import pytest
 
 from detection.anomalies import record_interruption
 from detection.core.interruption import Confidence, Evidence, Interruption
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
-from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
-from recovery_console.fleet.models import Attempt
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from fleet.models import Attempt
 from tests.factories import JobRecordFactory
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

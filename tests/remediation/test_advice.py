@@ -3,8 +3,8 @@ from datetime import timedelta
 import pytest
 
 from detection.models import SourceCursor
-from recovery_console.fleet import services as console
-from recovery_console.fleet.models import AuditEntry, ClusterMode
+from fleet import services as console
+from fleet.models import AuditEntry, ClusterMode
 from remediation import services
 from remediation.models import Advice, AdviceState, Milestone, NodeHealth
 from tests.remediation.conftest import T0, anomaly_on, running_attempt
@@ -221,7 +221,7 @@ def test_releasing_a_node_needs_a_reason_and_is_audited(cluster) -> None:
 def test_time_to_resume_is_recorded_when_the_next_attempt_runs(cluster) -> None:
     from dataclasses import replace
 
-    from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState
+    from fleet.core.scheduler import ClusterSnapshot, JobState
     from tests.factories import JobRecordFactory
 
     job = JobRecordFactory(job_id="300", comment='{"workload": "gpt"}')

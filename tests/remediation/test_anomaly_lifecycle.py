@@ -9,9 +9,9 @@ from django.utils import timezone
 
 from detection.anomalies import resolve_settled
 from detection.models import Anomaly, AttemptMonitor
-from recovery_console.fleet import services as fleet
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState
-from recovery_console.fleet.models import AuditEntry, ClusterMode, Workload
+from fleet import services as fleet
+from fleet.core.scheduler import ClusterSnapshot, JobState
+from fleet.models import AuditEntry, ClusterMode, Workload
 from remediation import services
 from remediation.models import Advice
 from tests.factories import JobRecordFactory

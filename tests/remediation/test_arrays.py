@@ -5,9 +5,9 @@ from datetime import timedelta
 
 import pytest
 
-from recovery_console.fleet import services as fleet
-from recovery_console.fleet.core.scheduler import ClusterSnapshot
-from recovery_console.fleet.models import Attempt
+from fleet import services as fleet
+from fleet.core.scheduler import ClusterSnapshot
+from fleet.models import Attempt
 from remediation import services
 from remediation.models import Advice
 from tests.factories import JobRecordFactory

@@ -4,7 +4,7 @@ to the attempt's nodes, and the explanation that says which origin named each no
 from detection.core.context import DiagnosisContext
 from detection.core.diagnosis import diagnose_lines
 from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
-from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 from remediation.core.attribution import AttemptView, attribute, pci_key
 
 XID_LINE = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from recovery_console.fleet import services
+from fleet import services
 
 ROOT = Path(__file__).resolve().parents[2]
 XID_79 = (

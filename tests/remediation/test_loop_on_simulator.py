@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 import pytest
 
 from detection.scan import scan_cluster
-from recovery_console.demo.runner import SimulationRunner
-from recovery_console.fleet import services
-from recovery_console.fleet.models import Attempt, ClusterMode
+from fleet import services
+from fleet.models import Attempt, ClusterMode
+from lab.demo.runner import SimulationRunner
 from remediation.models import Advice, Milestone
 from remediation.services import advise_cluster
 

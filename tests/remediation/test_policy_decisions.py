@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recovery_console.fleet.core.taxonomy import Action
+from fleet.core.taxonomy import Action
 from remediation.core.decisions import decide, job_options, retries_without_progress
 from remediation.core.incident import History, Incident, restarts_since_progress
 from remediation.core.isolation import breaker_limit

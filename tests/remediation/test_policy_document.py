@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from detection.core.findings import KNOWN_FINDINGS
-from recovery_console.fleet.core.taxonomy import Action
+from fleet.core.taxonomy import Action
 from remediation.core.policy import InvalidPolicy, Limits, Policy, parse_policy
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from recovery_console.bench.corpus import case_from, judge_cases, load_cases, score
+from lab.bench.corpus import case_from, judge_cases, load_cases, score
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 CASES: list[dict[str, Any]] = json.loads((LOGS / "expected.json").read_text())["cases"]

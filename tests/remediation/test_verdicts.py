@@ -14,7 +14,7 @@ import pytest
 
 from detection.core.constants import MAX_EVIDENCE
 from detection.core.context import DiagnosisContext
-from recovery_console.fleet.core.taxonomy import (
+from fleet.core.taxonomy import (
     Action,
     Attribution,
     Category,

@@ -11,7 +11,7 @@ import pytest
 from detection.core.context import DiagnosisContext
 from detection.core.diagnosis import diagnose_log_lines
 from detection.core.telemetry import LogLine
-from recovery_console.fleet.core.taxonomy import (
+from fleet.core.taxonomy import (
     Action,
     Attribution,
     Category,

@@ -8,11 +8,11 @@ import pytest
 from django.utils import timezone
 
 from detection.scan import scan_cluster
+from fleet import services
+from fleet.models import AuditEntry, ClusterMode
+from lab.demo.runner import SimulationRunner
+from lab.demo.slurm import SimulatedSlurm
 from recovery_console.console import approval
-from recovery_console.demo.runner import SimulationRunner
-from recovery_console.demo.slurm import SimulatedSlurm
-from recovery_console.fleet import services
-from recovery_console.fleet.models import AuditEntry, ClusterMode
 from remediation.controller.reconciler import AdvisorUnavailable, Controller
 from remediation.controller.slurm import SlurmCommandError
 from remediation.controller.transport import TransportError

@@ -9,7 +9,7 @@ from typing import Any
 from detection.core.context import DiagnosisContext
 from detection.core.diagnosis import diagnose_lines
 from detection.core.interruption import Confidence, Interruption
-from recovery_console.fleet.core.taxonomy import (
+from fleet.core.taxonomy import (
     Action,
 )
 from remediation.core.attribution import AttemptView

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from detection.core.interruption import Confidence, Evidence, Interruption
-from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
 # The name divergence findings go by (a rule key in the policy, like a signature's).
 LOSS_DIVERGENCE = "loss_divergence"

@@ -16,7 +16,7 @@ from typing import Any
 from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
 from detection.core.signatures import grade_xid
 from detection.core.telemetry import Dcgm, MetricSample
-from recovery_console.fleet.core.taxonomy import (
+from fleet.core.taxonomy import (
     Attribution,
     Category,
     ConfidenceLabel,

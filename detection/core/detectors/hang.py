@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from detection.core.checkpoints import CheckpointEvent, Phase, parse_checkpoint
 from detection.core.interruption import Confidence, Evidence, Interruption
 from detection.core.progress import Progress
-from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
 # The evidence signatures of the two kinds of hang.
 SILENCE = "progress"

@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 
 from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
-from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
 # The scheduler ended these itself: the time limit or preemption is its doing, not a fault.
 SCHEDULER_ENDINGS = frozenset({"TIMEOUT", "PREEMPTED"})

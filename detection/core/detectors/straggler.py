@@ -16,7 +16,7 @@ from datetime import datetime
 
 from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
 from detection.core.telemetry import Dcgm, MetricSample
-from recovery_console.fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
 # Metrics that fall on a slow GPU (clocks, power, SM activity); a throttled GPU shows low values.
 OUTLIER_METRICS = (Dcgm.SM_CLOCK, Dcgm.POWER_USAGE, Dcgm.SM_ACTIVE)

@@ -23,7 +23,7 @@ from detection.core.signatures.software import (
     PYTHON,
     STRAGGLERS,
 )
-from recovery_console.fleet.core.taxonomy import Category as C
+from fleet.core.taxonomy import Category as C
 
 KNOWN_BENIGN = (
     sig(

@@ -32,7 +32,7 @@ from detection.core.signatures.model import (
     compile_re,
     re2_error_text,
 )
-from recovery_console.fleet.core.taxonomy import Attribution, Category, Kind
+from fleet.core.taxonomy import Attribution, Category, Kind
 
 _NAME = compile_re(r"^[a-z][a-z0-9_.-]{0,63}$")
 _REQUIRED = ("name", "pattern", "kind", "category", "attribution", "role")

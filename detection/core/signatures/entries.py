@@ -11,7 +11,7 @@ from detection.core.signatures.model import (
     classify,
     compile_re,
 )
-from recovery_console.fleet.core.taxonomy import Attribution, Category, Kind
+from fleet.core.taxonomy import Attribution, Category, Kind
 
 K, C, A, R, S = Kind, Category, Attribution, Role, Severity
 

@@ -12,7 +12,7 @@ from typing import Any
 import re2
 
 from detection.core.constants import RE2_MAX_MEM, Role, Severity
-from recovery_console.fleet.core.taxonomy import Attribution, Category, Kind
+from fleet.core.taxonomy import Attribution, Category, Kind
 
 
 def re2_options(*, never_capture: bool = False) -> Any:

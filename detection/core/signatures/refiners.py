@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from detection.core.constants import Role, Severity
 from detection.core.signatures.model import Classification, Refinement, classify, compile_re
 from detection.core.signatures.xid import xid_classification
-from recovery_console.fleet.core.taxonomy import Attribution, Category, Kind
+from fleet.core.taxonomy import Attribution, Category, Kind
 
 K, C, A, R, S = Kind, Category, Attribution, Role, Severity
 

@@ -36,7 +36,7 @@ from detection.core.signatures.model import (
     compile_re,
     re2_options,
 )
-from recovery_console.fleet.core.taxonomy import Category
+from fleet.core.taxonomy import Category
 
 _EXCEPTION_START = compile_re(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)\b")
 _NUMBERS = compile_re(r"0x[0-9A-Fa-f]+|\d+")

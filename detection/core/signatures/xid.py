@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from detection.core.constants import Role, Severity
 from detection.core.signatures.model import Classification
-from recovery_console.fleet.core.taxonomy import Attribution, Category, Kind
+from fleet.core.taxonomy import Attribution, Category, Kind
 
 UNUSED = "Unused code in NVIDIA's catalogue"
 

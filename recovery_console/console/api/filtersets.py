@@ -9,21 +9,14 @@ import django_filters as filters
 from django.db.models import Exists, OuterRef, QuerySet
 
 from detection.models import Anomaly, AnomalyFamily, AnomalyState, TelemetryGap
-from recovery_console.console.models import (
-    ModeChangeRequest,
-    ModeRequestStatus,
-    NotificationChannel,
-    PolicyChangeRequest,
-    Review,
-)
-from recovery_console.fleet.core.taxonomy import (
+from fleet.core.taxonomy import (
     ACTION_CHOICES,
     Attribution,
     Category,
     Kind,
     choices,
 )
-from recovery_console.fleet.models import (
+from fleet.models import (
     JOB_STATE_CHOICES,
     NODE_STATE_CHOICES,
     Attempt,
@@ -33,6 +26,13 @@ from recovery_console.fleet.models import (
     Node,
     Workload,
     WorkloadState,
+)
+from recovery_console.console.models import (
+    ModeChangeRequest,
+    ModeRequestStatus,
+    NotificationChannel,
+    PolicyChangeRequest,
+    Review,
 )
 from remediation.models import Advice, AdviceState, NodeHealth, NodeHealthState
 

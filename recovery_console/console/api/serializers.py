@@ -12,6 +12,9 @@ from rest_framework import serializers
 from detection import costs
 from detection.core.losses import GpuHoursLost
 from detection.models import Anomaly, TelemetryGap
+from fleet.core.outbound import redacted
+from fleet.core.taxonomy import ACTION_CHOICES
+from fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
 from recovery_console.console.models import (
     ModeChangeRequest,
     NotificationChannel,
@@ -19,9 +22,6 @@ from recovery_console.console.models import (
     PolicyChangeRequest,
     Review,
 )
-from recovery_console.fleet.core.outbound import redacted
-from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
-from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
 from remediation.models import Advice, NodeHealth
 
 

@@ -18,9 +18,9 @@ from rest_framework import exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.request import Request
 
+from fleet import audit, throttle
 from recovery_console.console.models import PersonalToken
 from recovery_console.console.reviews import actor_of
-from recovery_console.fleet import audit, throttle
 
 
 def token_digest(key: str) -> str:

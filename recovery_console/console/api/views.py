@@ -33,6 +33,8 @@ from rest_framework.views import APIView
 
 from detection import costs
 from detection.models import Anomaly, TelemetryGap
+from fleet import audit
+from fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
 from recovery_console.console import approval, policy_approval, registration, reviews
 from recovery_console.console.api import filtersets as f
 from recovery_console.console.api import serializers as s
@@ -53,8 +55,6 @@ from recovery_console.console.roles import (
     HasRole,
     visible,
 )
-from recovery_console.fleet import audit
-from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, Node, Workload
 from remediation import reporters
 from remediation import services as remediation
 from remediation.checkup import check_cluster

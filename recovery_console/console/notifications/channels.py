@@ -8,9 +8,9 @@ from typing import Any
 
 from django.db import transaction
 
-from recovery_console.fleet import audit
-from recovery_console.fleet.events import send_cluster_changed
-from recovery_console.fleet.models import Cluster
+from fleet import audit
+from fleet.events import send_cluster_changed
+from fleet.models import Cluster
 
 from ..models import NotificationChannel
 from ..reviews import RoleMissing, actor_of

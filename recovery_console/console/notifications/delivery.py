@@ -25,14 +25,14 @@ from django.conf import settings
 from django.core.mail import send_mail
 from django.urls import NoReverseMatch, reverse
 
+from fleet.core.outbound import NO_REDIRECTS, url_host, url_problem
+from fleet.models import AuditEntry
+from fleet.outbound import allowed_hosts
 from recovery_console.console.models import (
     NotificationChannel,
     NotificationEvent,
     NotificationKind,
 )
-from recovery_console.fleet.core.outbound import NO_REDIRECTS, url_host, url_problem
-from recovery_console.fleet.models import AuditEntry
-from recovery_console.fleet.outbound import allowed_hosts
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
 
+from fleet.audit import ChainReport, verify_chain
+from fleet.models import AuditChainHead, AuditEntry
 from recovery_console.console.forms import AuditFilterForm
-from recovery_console.fleet.audit import ChainReport, verify_chain
-from recovery_console.fleet.models import AuditChainHead, AuditEntry
 
 from .common import narrow_cluster_choices, page, viewer_required, visible
 

@@ -16,13 +16,13 @@ from detection.core.detectors.hang import HangSettings
 from detection.core.detectors.straggler import StragglerSettings
 from detection.models import DetectionSettings
 from detection.services import detection_settings_of, update_detection_settings
+from fleet.core.outbound import redacted
+from fleet.models import Cluster
 from recovery_console.console import policy_approval
 from recovery_console.console.forms import ClusterSettingsForm
 from recovery_console.console.models import PolicyChangeRequest
 from recovery_console.console.reviews import ApprovalRefused, actor_of
 from recovery_console.console.roles import OPERATOR, has_role
-from recovery_console.fleet.core.outbound import redacted
-from recovery_console.fleet.models import Cluster
 from remediation.core.policy import Policy
 
 from .common import cluster_or_404, page, viewer_required

@@ -7,9 +7,9 @@ from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
 from detection.models import Anomaly
+from fleet.models import Attempt, Cluster, Node, WorkloadState
 from recovery_console.console import reviews
 from recovery_console.console.views import stats
-from recovery_console.fleet.models import Attempt, Cluster, Node, WorkloadState
 from remediation import reporters
 
 from .common import cluster_or_404, page, viewer_required, visible_clusters

@@ -9,6 +9,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
+from fleet.models import Cluster
 from recovery_console.console.roles import (
     ADMIN,
     APPROVER,
@@ -20,7 +21,6 @@ from recovery_console.console.roles import (
     roles_of,
     visible,
 )
-from recovery_console.fleet.models import Cluster
 
 # Built once, at import: a role name that does not exist fails then, not on a request.
 viewer_required = role_required(VIEWER)

@@ -8,10 +8,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
+from fleet.models import Cluster
 from recovery_console.console import approval, policy_approval, reviews
 from recovery_console.console.forms import ReasonForm, RequestModeForm
 from recovery_console.console.models import ModeChangeRequest, PolicyChangeRequest
-from recovery_console.fleet.models import Cluster
 
 from .common import (
     approver_required,

@@ -12,9 +12,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from fleet.models import Attempt, Cluster, Node
 from recovery_console.console.forms import ReasonForm
 from recovery_console.console.reviews import actor_of
-from recovery_console.fleet.models import Attempt, Cluster, Node
 from remediation.models import NodeHealth, NodeHealthState
 from remediation.services import release_node
 

@@ -12,11 +12,11 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from fleet.models import Cluster
 from recovery_console.console import registration
 from recovery_console.console.forms import ClusterRegistrationForm
 from recovery_console.console.reviews import ApprovalRefused
 from recovery_console.console.roles import ADMIN, OPERATOR, role_required
-from recovery_console.fleet.models import Cluster
 from remediation.checkup import check_cluster
 from remediation.core.checkup import worst
 

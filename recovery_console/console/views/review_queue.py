@@ -8,12 +8,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
+from fleet.core.taxonomy import ACTION_CHOICES
+from fleet.models import Cluster
 from recovery_console.console import charts, reviews
 from recovery_console.console.forms import LabelForm
 from recovery_console.console.models import Review
 from recovery_console.console.roles import REVIEWER, VIEWER
-from recovery_console.fleet.core.taxonomy import ACTION_CHOICES
-from recovery_console.fleet.models import Cluster
 from remediation.models import Advice
 
 from .common import (

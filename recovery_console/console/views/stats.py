@@ -9,9 +9,9 @@ from datetime import datetime
 from django.db.models import Count, Q
 
 from detection.models import Anomaly, AnomalyState, TelemetryGap
+from fleet.models import Cluster, Workload, WorkloadState
 from recovery_console.console import approval, reviews
 from recovery_console.console.models import ModeChangeRequest
-from recovery_console.fleet.models import Cluster, Workload, WorkloadState
 from remediation.models import Advice, AdviceState, NodeHealth, NodeHealthState
 
 from .common import percent, percentiles

@@ -14,9 +14,9 @@ from django.utils import timezone
 from detection.core.constants import DEFAULT_GPUS_PER_NODE
 from detection.models import Anomaly, AnomalyState, AttemptMonitor
 from detection.services import job_output_tail
+from fleet.models import ENDED_ATTEMPT_STATES, Attempt, Node, Workload
 from recovery_console.console import charts
 from recovery_console.console.forms import WorkloadFilterForm
-from recovery_console.fleet.models import ENDED_ATTEMPT_STATES, Attempt, Node, Workload
 from remediation.models import Milestone
 
 from .common import narrow_cluster_choices, page, viewer_required, visible, visible_clusters

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from recovery_console.fleet.models import Cluster
+from fleet.models import Cluster
 from remediation.checkup import check_cluster
 from remediation.core.checkup import Finding, worst
 

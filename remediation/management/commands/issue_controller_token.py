@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from recovery_console.fleet.models import Cluster
+from fleet.models import Cluster
 from remediation.services import issue_controller_token
 
 

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 from rest_framework.test import APIClient
 
-from recovery_console.fleet import services
+from fleet import services
 from tests.factories import AdviceFactory, UserFactory
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

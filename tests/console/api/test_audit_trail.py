@@ -7,8 +7,8 @@ import json
 import pytest
 from django.db import connection
 
-from recovery_console.fleet import audit
-from recovery_console.fleet.models import AuditEntry
+from fleet import audit
+from fleet.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
 

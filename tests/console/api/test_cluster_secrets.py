@@ -10,7 +10,7 @@ from django.test import Client
 
 from detection import scan
 from detection.models import SourceCursor
-from recovery_console.fleet.models import AuditEntry, Cluster
+from fleet.models import AuditEntry, Cluster
 from tests.detection.sources.listener import Listener, serving
 
 pytestmark = pytest.mark.django_db

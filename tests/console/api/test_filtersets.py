@@ -7,11 +7,11 @@ import pytest
 from django.http import QueryDict
 
 from detection.models import Anomaly
+from fleet import audit, services
+from fleet.models import Attempt, AuditEntry, Node, Workload
 from recovery_console.console import approval, reviews
 from recovery_console.console.api import filtersets as f
 from recovery_console.console.models import ModeChangeRequest, Review
-from recovery_console.fleet import audit, services
-from recovery_console.fleet.models import Attempt, AuditEntry, Node, Workload
 from remediation.models import Advice, NodeHealth
 from tests.console.api.conftest import T0, advice_on
 from tests.factories import AdviceFactory, NodeFactory

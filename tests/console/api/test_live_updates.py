@@ -17,7 +17,7 @@ def test_a_write_answers_2xx_when_the_channel_layer_is_down(api, cluster, settin
         "default": {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [dead]}}
     }
     advice = advice_on(cluster, action="restart")
-    with caplog.at_level(logging.ERROR, logger="recovery_console.fleet.events"):
+    with caplog.at_level(logging.ERROR, logger="fleet.events"):
         response = api("rita").post(f"/api/v1/advice/{advice.pk}/label/", {"agrees": True})
     assert response.status_code == 200
     assert Review.objects.get().advice_id == advice.pk

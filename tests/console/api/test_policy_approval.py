@@ -5,9 +5,9 @@ with the approver role approves it. Other monitor-mode changes apply at once."""
 import pytest
 from django.test import Client
 
+from fleet.models import AuditEntry, Cluster, ClusterMode
 from recovery_console.console import reviews
 from recovery_console.console.models import PolicyChangeRequest
-from recovery_console.fleet.models import AuditEntry, Cluster, ClusterMode
 from tests.console.api.conftest import advice_on
 from tests.factories import UserFactory
 

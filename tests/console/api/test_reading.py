@@ -2,8 +2,8 @@
 
 import pytest
 
-from recovery_console.fleet import services
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
+from fleet import services
+from fleet.core.scheduler import ClusterSnapshot, NodeRecord, NodeState
 from remediation.models import NodeHealth
 from tests.console.api.conftest import T0, advice_on
 from tests.factories import JobRecordFactory

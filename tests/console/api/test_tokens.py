@@ -6,8 +6,8 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from fleet.models import AuditEntry
 from recovery_console.console.models import PersonalToken
-from recovery_console.fleet.models import AuditEntry
 from remediation.services import issue_controller_token
 
 pytestmark = pytest.mark.django_db

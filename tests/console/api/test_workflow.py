@@ -4,9 +4,9 @@ releasing nodes. Each answer is checked for its status and its body."""
 import pytest
 from django.contrib.auth import get_user_model
 
+from fleet.models import AuditEntry, Cluster, ClusterMode
 from recovery_console.console import approval, reviews
 from recovery_console.console.models import ModeChangeRequest, Review
-from recovery_console.fleet.models import AuditEntry, Cluster, ClusterMode
 from remediation.models import NodeHealth
 from tests.console.api.conftest import T0, advice_on
 from tests.factories import NodeFactory

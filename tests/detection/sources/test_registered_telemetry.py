@@ -11,7 +11,7 @@ import pytest
 
 from detection.sources import LokiSource, PrometheusSource, SourceUnavailable
 from detection.sources.config import build_sources, check_telemetry
-from recovery_console.fleet.core.outbound import NO_REDIRECTS, SecretStore
+from fleet.core.outbound import NO_REDIRECTS, SecretStore
 from tests.detection.sources.listener import Listener
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

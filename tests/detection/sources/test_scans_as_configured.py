@@ -13,10 +13,10 @@ from detection import services as detection
 from detection.models import Anomaly, AttemptMonitor, SourceCursor
 from detection.sources.base import SourceUnavailable
 from detection.sources.config import build_sources, check_telemetry
-from recovery_console.fleet import services
-from recovery_console.fleet.core.outbound import SecretStore
-from recovery_console.fleet.core.scheduler import ClusterSnapshot
-from recovery_console.fleet.models import Attempt
+from fleet import services
+from fleet.core.outbound import SecretStore
+from fleet.core.scheduler import ClusterSnapshot
+from fleet.models import Attempt
 from tests.detection.sources.conftest import FIRST_SCRAPE_TIMEOUT
 from tests.detection.sources.prom_support import (
     FakeDcgmExporter,

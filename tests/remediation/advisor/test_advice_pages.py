@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from rest_framework.test import APIClient
 
-from recovery_console.fleet import services as fleet
-from recovery_console.fleet.core.scheduler import ClusterSnapshot, JobState
-from recovery_console.fleet.models import AuditEntry, ClusterMode
+from fleet import services as fleet
+from fleet.core.scheduler import ClusterSnapshot, JobState
+from fleet.models import AuditEntry, ClusterMode
 from remediation import services
 from remediation.controller.advisor_http import HttpAdvisor
 from remediation.models import Advice

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 from rest_framework.test import APIClient
 
-from recovery_console.fleet.models import Attempt, AuditEntry, ClusterMode, Node
+from fleet.models import Attempt, AuditEntry, ClusterMode, Node
 from remediation import services
 from remediation.models import Advice, Milestone
 from tests.remediation.conftest import T0, anomaly_on, running_attempt
@@ -87,7 +87,7 @@ def test_a_malformed_envelope_is_refused_naming_the_field(cluster, controller) -
 
 
 def test_a_token_for_one_cluster_gets_403_on_another(cluster, controller) -> None:
-    from recovery_console.fleet import services as console
+    from fleet import services as console
 
     console.create_cluster("user:alice", "other")
     response = controller.get("/api/v1/advisor/other/advice?active=true")

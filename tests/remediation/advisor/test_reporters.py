@@ -10,8 +10,8 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from fleet.models import AuditEntry
 from recovery_console.console.notifications.delivery import events_of, message_for
-from recovery_console.fleet.models import AuditEntry
 from remediation import reporters, services
 from remediation.models import ControllerToken
 from tests.factories import UserFactory

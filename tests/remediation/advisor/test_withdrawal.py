@@ -11,12 +11,12 @@ from django.db import transaction
 from rest_framework.test import APIClient
 
 from detection.scan import scan_cluster
+from fleet import services as fleet
+from fleet.events import cluster_group
+from fleet.models import AuditEntry, ClusterMode
+from lab.demo.runner import SimulationRunner
+from lab.demo.slurm import SimulatedSlurm
 from recovery_console.console import approval
-from recovery_console.demo.runner import SimulationRunner
-from recovery_console.demo.slurm import SimulatedSlurm
-from recovery_console.fleet import services as fleet
-from recovery_console.fleet.events import cluster_group
-from recovery_console.fleet.models import AuditEntry, ClusterMode
 from remediation import services
 from remediation.controller.advisor_http import HttpAdvisor
 from remediation.controller.reconciler import AdviceWithdrawn, Controller

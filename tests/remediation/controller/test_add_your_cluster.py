@@ -20,8 +20,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection
 
+from fleet.models import Cluster, ClusterMode
 from recovery_console.console.roles import roles_of
-from recovery_console.fleet.models import Cluster, ClusterMode
 from remediation.models import ControllerToken
 
 from .lab import ROOT, SlurmLab, wait_for

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import pytest
 
 from detection.scan import scan_cluster
-from recovery_console.fleet import services as console
-from recovery_console.fleet.models import Attempt, ClusterMode, Workload
+from fleet import services as console
+from fleet.models import Attempt, ClusterMode, Workload
 from remediation import services
 from remediation.controller.advisor_http import HttpAdvisor
 from remediation.controller.reconciler import Controller

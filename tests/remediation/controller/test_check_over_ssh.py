@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from recovery_console.fleet import services
+from fleet import services
 from remediation.checkup import check_cluster
 
 from .lab import SlurmLab, SshServer

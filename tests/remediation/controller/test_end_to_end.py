@@ -16,9 +16,9 @@ import pytest
 
 from detection.models import Anomaly
 from detection.scan import scan_cluster
-from recovery_console.fleet import services as console
-from recovery_console.fleet.core.scheduler import ClusterSnapshot
-from recovery_console.fleet.models import Attempt, AuditEntry, Cluster, ClusterMode
+from fleet import services as console
+from fleet.core.scheduler import ClusterSnapshot
+from fleet.models import Attempt, AuditEntry, Cluster, ClusterMode
 from remediation import services
 from remediation.controller.advisor_http import HttpAdvisor
 from remediation.controller.reconciler import Controller

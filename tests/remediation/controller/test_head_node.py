@@ -26,8 +26,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from detection.scan import scan_cluster
-from recovery_console.fleet import services as console
-from recovery_console.fleet.models import Attempt, ClusterMode
+from fleet import services as console
+from fleet.models import Attempt, ClusterMode
 from remediation import services
 from remediation.models import Advice, ControllerToken, Milestone
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from recovery_console.fleet.core.scheduler import (
+from fleet.core.scheduler import (
     ClusterSnapshot,
     JobRecord,
     JobState,

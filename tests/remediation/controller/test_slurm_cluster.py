@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery_console.fleet.core.scheduler import JobRecord, JobState, NodeState
+from fleet.core.scheduler import JobRecord, JobState, NodeState
 from remediation.controller import SlurmClient, SlurmCommandError
 from remediation.controller.slurm import MAX_REASON_LENGTH
 from tests.remediation.controller.lab import CRED_EXPIRE, SlurmLab, wait_for

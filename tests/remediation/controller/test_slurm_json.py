@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recovery_console.fleet.core.scheduler import JobRecord, JobState, NodeRecord, NodeState
+from fleet.core.scheduler import JobRecord, JobState, NodeRecord, NodeState
 from remediation.controller.slurm_json import (
     SlurmOutputError,
     decode_exit,

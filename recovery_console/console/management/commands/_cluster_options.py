@@ -13,10 +13,10 @@ import yaml
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from fleet.core.registration import DocumentError, registration_from_text
+from fleet.models import Cluster
 from recovery_console.console import registration
 from recovery_console.console.reviews import ApprovalRefused
-from recovery_console.fleet.core.registration import DocumentError, registration_from_text
-from recovery_console.fleet.models import Cluster
 
 LOGS = ("files", "loki", "victorialogs")
 METRICS = ("prometheus", "none")

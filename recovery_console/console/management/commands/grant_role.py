@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from fleet.models import Cluster
 from recovery_console.console.memberships import (
     RoleNotScoped,
     create_user,
@@ -20,7 +21,6 @@ from recovery_console.console.memberships import (
     revoke_role,
 )
 from recovery_console.console.roles import ROLES, UnknownRole
-from recovery_console.fleet.models import Cluster
 
 ACTOR = "command:grant_role"
 

@@ -1,9 +1,0 @@
-from django.apps import AppConfig
-
-
-class BenchConfig(AppConfig):
-    """A tool beside the loop: ``manage.py bench``."""
-
-    name = "recovery_console.bench"
-    label = "bench"
-    verbose_name = "Benchmark"
