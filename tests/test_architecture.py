@@ -50,3 +50,35 @@ def test_the_simulator_and_the_pure_core_run_with_django_and_celery_blocked() ->
     assert result.returncode == 0, result.stderr
     lines, jobs, samples = (int(n) for n in result.stdout.split())
     assert lines > 0 and jobs > 0 and samples > 0
+
+
+# Each floor is a top-level package; the Django project package sits on top of all of them.
+FLOORS = ("recovery_console", "remediation", "detection", "fleet")
+TOOLS = "lab"
+LONGEST_MODULE = 500
+
+
+def source_files() -> list[Path]:
+    return [
+        path
+        for package in (*FLOORS, TOOLS)
+        for path in (ROOT / package).rglob("*.py")
+        if "migrations" not in path.parts
+    ]
+
+
+def test_the_layers_contract_names_the_four_floors_by_their_packages() -> None:
+    config = (ROOT / "pyproject.toml").read_text()
+    contract = config[config.index('type = "layers"') :]
+    listed = contract[contract.index("[") + 1 : contract.index("]")]
+    assert [name.strip(' "\n') for name in listed.split(",") if name.strip()] == list(FLOORS)
+    assert all((ROOT / floor / "__init__.py").exists() for floor in (*FLOORS, TOOLS))
+
+
+def test_no_source_module_is_over_500_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in source_files()
+        if (lines := len(path.read_text().splitlines())) > LONGEST_MODULE
+    }
+    assert not long, f"split these by what their parts do: {long}"
