@@ -12,6 +12,8 @@ import re2
 from detection import monitors, scan
 from detection.core import progress
 from detection.models import Anomaly, AttemptMonitor, PendingLines, SourceCursor
+from detection.monitors import observing
+from detection.scan import diagnosis, reading, routing
 from detection.sources.config import ClusterSources
 from detection.sources.memory import MemoryLogSource, MemoryMetrics
 from fleet import services
@@ -53,7 +55,7 @@ def reference_parse_progress(text: str, custom: Any | None = None) -> progress.P
 
 def reference_process_lines(cluster, lines, now, config, summary, part=scan.WHOLE) -> None:
     """One load and one save of each attempt's monitor per batch, as the scan did."""
-    by_attempt, orphans = scan._route_lines(cluster, lines, now, part)
+    by_attempt, orphans = routing._route_lines(cluster, lines, now, part)
     for job_id, job_lines in orphans.items():
         PendingLines.hold(cluster, job_id, job_lines)
     for attempt, attempt_lines in by_attempt:
@@ -61,7 +63,7 @@ def reference_process_lines(cluster, lines, now, config, summary, part=scan.WHOL
         update = monitors.observe(monitor, attempt_lines, config)
         monitor.save()
         if update.new_matches:
-            scan._diagnose_from_logs(attempt, monitor, now, config, summary)
+            diagnosis._diagnose_from_logs(attempt, monitor, now, config, summary)
 
 
 def run(name: str) -> None:
@@ -110,8 +112,8 @@ def recorded(name: str) -> dict[str, Any]:
 def test_the_batched_ingest_records_what_the_straightforward_one_did(monkeypatch) -> None:
     run("fast")
     with monkeypatch.context() as patched:
-        patched.setattr(scan, "_process_lines", reference_process_lines)
-        patched.setattr(monitors, "parse_progress", reference_parse_progress)
+        patched.setattr(reading, "_process_lines", reference_process_lines)
+        patched.setattr(observing, "parse_progress", reference_parse_progress)
         run("reference")
     fast, reference = recorded("fast"), recorded("reference")
     assert len(fast["anomalies"]) >= 3, "the run should record enough anomalies to mean something"

@@ -4,7 +4,7 @@ Known-benign lines come first, so they suppress the generic patterns below them;
 hardware (GPU, NVLink, PCIe, the fabric), CUDA errors, the network and the c10d store, the
 collectives' watchdogs, filesystems, hosts and schedulers, configuration and code errors,
 numerical divergence, straggler reports, hints, and last the generic Python exception. The tables
-themselves live in ``hardware.py`` and ``software.py``.
+themselves live in ``hardware.py`` and the ``software/`` package.
 """
 
 from __future__ import annotations

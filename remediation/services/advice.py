@@ -1,48 +1,36 @@
-"""Remediation services: turn anomalies into advice, track node health, and take the
-controllers' reports (claims, reconciliation, milestones, heartbeats). Each write records its
-audit entry in the same transaction; claims are conditional updates, so two controllers never
-both carry out one advice."""
+"""The advice lifecycle: the policy's advice on each open anomaly, created or revised (a new
+generation) while no controller has claimed it, with the strikes it puts on its nodes (or, in
+monitor mode, what it would have done to them); monitor-mode advice of an ended attempt
+expires, and enforced advice is withdrawn when its cluster returns to monitor mode."""
 
 from __future__ import annotations
 
-import secrets
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Q, QuerySet
-from django.utils import timezone
+from django.db.models import F, Q
 
-from detection.core.findings import KNOWN_FINDINGS
-from detection.core.signatures import SignatureLibrary, build_library
 from detection.models import Anomaly, AnomalyState, AttemptMonitor, SourceCursor
-from detection.services import custom_signatures_of
-from fleet import audit, events
-from fleet import services as fleet
+from fleet import audit
 from fleet.core.taxonomy import Action
 from fleet.models import Attempt, Cluster, ClusterMode, Node
 from remediation.core.attribution import AttemptView, pci_key
 from remediation.core.decisions import Decision
 from remediation.core.incident import History, Incident, restarts_since_progress
 from remediation.core.isolation import isolated_since, strikes_since
-from remediation.core.policy import InvalidPolicy, Policy, parse_policy
+from remediation.core.policy import Policy, parse_policy
 from remediation.core.verdict import Verdict, judge
 
-from .models import (
-    ACTIVE_ADVICE_STATES,
+from ..models import (
     DESIRED_STATE_OF_ACTION,
     Advice,
     AdviceState,
-    ControllerToken,
-    DesiredState,
-    Milestone,
     NodeHealth,
     NodeHealthState,
-    token_digest,
 )
+from .common import ACTOR, _audit, _withdraw
 
-ACTOR = "system:remediation"
 UNHEALTHY_NODE_STATES = ("DOWN", "DRAINED", "DRAINING")
 SETTLED_STATES = (
     AdviceState.CLAIMED,
@@ -55,47 +43,6 @@ SETTLED_STATES = (
 # that sharpens an advice has arrived, so monitor-mode advice of an ended attempt expires.
 MONITOR_ADVICE_TTL = timedelta(minutes=5)
 EXPIRE_BATCH = 500
-
-
-class AdviceAlreadyClaimed(Exception):
-    """Another controller claimed this advice first."""
-
-
-class AdviceWithdrawn(Exception):
-    """The advice may no longer be enforced (its cluster is in monitor mode, or its partition
-    left the action allowlist): a controller stops at the step in hand."""
-
-
-class StaleGeneration(Exception):
-    """A report about a generation of the advice that is no longer current."""
-
-
-class ClusterUnknown(LookupError):
-    """No cluster of that name."""
-
-
-def signature_names(cluster: Cluster) -> set[str]:
-    """The signatures a rule of this cluster's policy may name: built-in and its own."""
-    custom = {str(spec.get("name")) for spec in custom_signatures_of(cluster.name)}
-    return set(KNOWN_FINDINGS) | custom
-
-
-def policy_problems(cluster: Cluster) -> dict[str, list[str]]:
-    """The cluster check remediation registers with the fleet: is the policy document valid?"""
-    known = signature_names(cluster) if cluster.pk else set(KNOWN_FINDINGS)
-    try:
-        parse_policy(cluster.policy, known)
-    except InvalidPolicy as exc:
-        return {"policy": exc.problems}
-    return {}
-
-
-def excerpt_settings(cluster_name: str) -> tuple[Policy, SignatureLibrary]:
-    """What a log excerpt of this cluster is judged by: its policy and its signatures."""
-    cluster = Cluster.objects.filter(name=cluster_name).first()
-    if cluster is None:
-        raise ClusterUnknown(f"no cluster named {cluster_name!r}")
-    return parse_policy(cluster.policy), build_library(custom_signatures_of(cluster_name))
 
 
 # --- advice ----------------------------------------------------------------------------------
@@ -396,21 +343,6 @@ def _mark(anomaly: Anomaly, incident: Incident, now: datetime) -> dict[str, Any]
     }
 
 
-def _audit(advice: Advice, verb: str, payload: dict[str, Any], actor: str = ACTOR) -> None:
-    """Record an advice's step in the trail and tell the pages showing it, after the commit."""
-    audit.record(
-        actor,
-        verb,
-        advice,
-        cluster=advice.cluster,
-        workload=advice.workload,
-        attempt=advice.attempt,
-        payload=payload,
-    )
-    events.send_cluster_changed(advice.cluster_id, "reviews")
-    events.send_workloads_changed(advice.cluster_id, [advice.workload_id])
-
-
 def expire_monitor_advice(cluster: Cluster, now: datetime) -> int:
     """Monitor-mode advice whose attempt ended (or was requeued as a new one) more than
     ``MONITOR_ADVICE_TTL`` ago expires, audited: nothing is left to act on, so the controllers'
@@ -451,309 +383,3 @@ def _locked(ids: list[int], *states: str) -> list[Advice]:
     lock taken with a join would also hold the cluster's row, against the mode switch)."""
     rows = Advice.objects.select_for_update().filter(pk__in=ids).order_by("pk")
     return [advice for advice in rows if advice.state in states]
-
-
-def _withdraw(advice: Advice, reason: str, actor: str) -> None:
-    previous = advice.state
-    advice.state, advice.enforce, advice.updated_at = AdviceState.WITHDRAWN, False, timezone.now()
-    advice.disposition, advice.disposition_reason = "withdrawn", reason
-    advice.save(
-        update_fields=["state", "enforce", "updated_at", "disposition", "disposition_reason"]
-    )
-    payload = {"from": previous, "generation": advice.generation, "reason": reason}
-    _audit(advice, "advice.withdrawn", payload | {"claimed_by": advice.claimed_by}, actor)
-
-
-def _enforcement_refusal(advice: Advice) -> str:
-    """Why this advice may no longer be acted on, read afresh from its cluster ("" if it may).
-    Dispatched or claimed advice that no longer may is withdrawn here, and stays so."""
-    if advice.state == AdviceState.WITHDRAWN:
-        return advice.disposition_reason or "withdrawn"
-    if advice.state not in (AdviceState.DISPATCHED, AdviceState.CLAIMED):
-        return ""  # proposed is refused by ``enforce``; settled advice only takes replays
-    cluster = Cluster.objects.get(pk=advice.cluster_id)
-    allowlist = cluster.partitions_allowlist
-    if cluster.mode != ClusterMode.ACTION:
-        reason = f"{cluster.name} is in monitor mode"
-    elif allowlist and advice.attempt.partition not in allowlist:
-        reason = f"partition {advice.attempt.partition!r} is outside the action allowlist"
-    else:
-        return ""
-    _withdraw(advice, reason, ACTOR)
-    return reason
-
-
-def _withdrawn(advice: Advice, reason: str) -> AdviceWithdrawn:
-    return AdviceWithdrawn(f"advice {advice.pk} was withdrawn ({reason}): stop at the step in hand")
-
-
-# --- controllers -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class IssuedToken:
-    token: ControllerToken
-    secret: str  # shown once
-
-
-@transaction.atomic
-def issue_controller_token(actor: str, cluster: Cluster, name: str) -> IssuedToken:
-    secret = "rcc_" + secrets.token_urlsafe(32)
-    token = ControllerToken.objects.create(
-        cluster=cluster, name=name, digest=token_digest(secret), created_at=timezone.now()
-    )
-    audit.record(actor, "controller_token.issued", token, cluster=cluster, payload={"name": name})
-    return IssuedToken(token, secret)
-
-
-def authenticate_controller(secret: str) -> ControllerToken | None:
-    return (
-        ControllerToken.objects.select_related("cluster")
-        .filter(digest=token_digest(secret), revoked_at__isnull=True)
-        .first()
-    )
-
-
-def active_advice(cluster: Cluster) -> QuerySet[Advice]:
-    """What a controller should look at, oldest first: proposed (monitor mode, never to be
-    acted on), dispatched and claimed advice; and withdrawn advice whose requeue-hold was never
-    released, so the watchdog still releases that job (it fails open)."""
-    holds = (Milestone.Step.REQUEUE_HOLD, Milestone.Step.HOLD)
-    hold = Milestone.objects.filter(advice=OuterRef("pk"), action__in=holds)
-    release = Milestone.objects.filter(advice=OuterRef("pk"), action=Milestone.Step.RELEASE)
-    left_held = Q(state=AdviceState.WITHDRAWN) & Exists(hold) & ~Exists(release)
-    return (
-        Advice.objects.filter(cluster=cluster)
-        .filter(Q(state__in=ACTIVE_ADVICE_STATES) | left_held)
-        .exclude(action=Action.NONE)
-        .select_related("attempt")
-        .order_by("pk")
-    )
-
-
-@dataclass(frozen=True)
-class Reconciled:
-    advice: Advice
-    changed: bool
-
-
-def reconcile(
-    controller: ControllerToken,
-    advice_id: int,
-    observed_generation: int,
-    disposition: str,
-    reason: str,
-) -> Reconciled:
-    """A controller's report on one advice, scoped to the generation it acted on. ``pending``
-    claims it (a conditional update: a second controller is refused), ``converged`` marks it
-    executed, ``abandoned`` failed. Replays and stale generations change nothing. Each report
-    re-reads the cluster: advice it may no longer enforce is withdrawn and the report refused
-    (``AdviceWithdrawn``), committed first so the withdrawal stands."""
-    with transaction.atomic():
-        # No join in a locking read: it would lock the joined rows too (the cluster's among them).
-        advice = Advice.objects.select_for_update().get(pk=advice_id, cluster=controller.cluster)
-        refusal = _enforcement_refusal(advice)
-        if not refusal:
-            return _reconcile(controller, advice, observed_generation, disposition, reason)
-    raise _withdrawn(advice, refusal)
-
-
-def _reconcile(
-    controller: ControllerToken,
-    advice: Advice,
-    observed_generation: int,
-    disposition: str,
-    reason: str,
-) -> Reconciled:
-    if observed_generation != advice.generation:
-        raise StaleGeneration(f"advice {advice.pk} is at generation {advice.generation}")
-    if not advice.enforce:
-        raise PermissionError("this advice is published in monitor mode and must not be acted on")
-    if advice.claimed_by and advice.claimed_by != controller.actor:
-        raise AdviceAlreadyClaimed(advice.pk)
-    if disposition == "pending":
-        return Reconciled(advice, _claim(controller, advice))
-    return Reconciled(advice, _settle(controller, advice, disposition, reason))
-
-
-def _claim(controller: ControllerToken, advice: Advice) -> bool:
-    now = timezone.now()
-    claimed = Advice.objects.filter(pk=advice.pk, state=AdviceState.DISPATCHED).update(
-        state=AdviceState.CLAIMED,
-        claimed_by=controller.actor,
-        claimed_at=now,
-        observed_generation=advice.generation,
-        disposition="pending",
-        updated_at=now,
-    )
-    if claimed != 1:
-        if advice.claimed_by == controller.actor:
-            return False  # a replay of our own claim
-        raise AdviceAlreadyClaimed(advice.pk)  # another controller got there first
-    advice.refresh_from_db()
-    _audit(advice, "advice.claimed", {"generation": advice.generation}, controller.actor)
-    return True
-
-
-def _settle(controller: ControllerToken, advice: Advice, disposition: str, reason: str) -> bool:
-    target = {"converged": AdviceState.EXECUTED, "abandoned": AdviceState.FAILED}[disposition]
-    if advice.state == target:
-        return False
-    if advice.state != AdviceState.CLAIMED:
-        _claim(controller, advice)
-        advice.refresh_from_db()
-    now = timezone.now()
-    advice.state, advice.disposition, advice.disposition_reason = target, disposition, reason
-    advice.observed_generation, advice.updated_at = advice.generation, now
-    if target == AdviceState.EXECUTED:
-        advice.executed_at = now
-    advice.save()
-    _audit(
-        advice,
-        f"advice.{target}",
-        {"generation": advice.generation, "reason": reason},
-        controller.actor,
-    )
-    if target == AdviceState.EXECUTED and advice.desired_state == DesiredState.CANCELLED:
-        fleet.stop_workload(controller.actor, advice.workload_id, stop_reason(advice), now)
-    return True
-
-
-def stop_reason(advice: Advice) -> str:
-    """What a workload stopped on this advice shows: the decision's reason, which says what
-    to fix."""
-    return advice.reasons[0] if advice.reasons else f"advice {advice.pk}: stop"
-
-
-def record_milestone(
-    controller: ControllerToken,
-    advice_id: int,
-    key: str,
-    step: str,
-    at: datetime,
-    detail: dict[str, Any],
-) -> tuple[Milestone, bool]:
-    """Record a step a controller took; a replay with the same key records nothing. A step
-    reported on advice no longer to be enforced is still recorded (Slurm did it), then refused
-    (``AdviceWithdrawn``), so the controller takes no further step."""
-    with transaction.atomic():
-        advice = Advice.objects.select_for_update().get(pk=advice_id, cluster=controller.cluster)
-        refusal = _enforcement_refusal(advice)
-        milestone, created = Milestone.objects.get_or_create(
-            cluster=controller.cluster,
-            idempotency_key=key,
-            defaults={
-                "advice": advice,
-                "action": step,
-                "at": at,
-                "recorded_at": timezone.now(),
-                "controller": controller.actor,
-                "detail": detail,
-            },
-        )
-        if created:
-            payload = {"at": at.isoformat(), **detail} | ({"withdrawn": True} if refusal else {})
-            _audit(advice, f"controller.{step}", payload, controller.actor)
-            if step == Milestone.Step.DRAIN_NODE:
-                _mark_drained(advice, detail, at)
-            elif step == Milestone.Step.UPDATE_EXCLUSIONS:
-                _mark_excluded(advice, detail.get("nodes") or advice.exclude_nodes, at)
-    if refusal:
-        raise _withdrawn(advice, refusal)
-    return milestone, created
-
-
-def _mark_drained(advice: Advice, detail: dict[str, Any], at: datetime) -> None:
-    health, _ = NodeHealth.objects.select_for_update().get_or_create(
-        cluster=advice.cluster, name=str(detail.get("node", ""))
-    )
-    health.state, health.drained_at = NodeHealthState.DRAINED, at
-    health.drain_reason = f"advice {advice.pk}: " + "; ".join(advice.reasons)[:500]
-    # Empty when a person's drain was there already: then it is theirs to undo, not ours.
-    health.slurm_reason = str(detail.get("reason", ""))[:255]
-    health.resume_requested_at, health.resume_outcome = None, ""
-    health.save()
-
-
-def _mark_excluded(advice: Advice, nodes: list[str], at: datetime) -> None:
-    """The nodes this advice took out of its job (the anomaly's own: those excluded before
-    were counted when they were taken out), for the circuit breaker."""
-    fresh = set(nodes) & set(advice.anomaly.implicated_hosts)
-    for node in sorted(fresh):
-        health, _ = NodeHealth.objects.select_for_update().get_or_create(
-            cluster=advice.cluster, name=str(node)
-        )
-        health.excluded_at = at
-        health.save(update_fields=["excluded_at"])
-
-
-@transaction.atomic
-def release_node(
-    actor: str, cluster: Cluster, name: str, reason: str, *, now: datetime | None = None
-) -> NodeHealth:
-    """A person returns a drained or suspect node to service; the reason is required. A node
-    our drain took out of Slurm is resumed there by the controller (``pending_resumes``), and
-    workloads that excluded it before may use it again."""
-    if not reason.strip():
-        raise ValueError("releasing a node needs a reason")
-    health = NodeHealth.objects.select_for_update().get(cluster=cluster, name=name)
-    previous, now = health.state, now or timezone.now()
-    health.state, health.released_at, health.released_by = NodeHealthState.HEALTHY, now, actor
-    health.release_reason, health.strikes, health.would_isolate = reason, [], []
-    resume = previous == NodeHealthState.DRAINED and bool(health.slurm_reason)
-    if resume:
-        health.resume_requested_at, health.resume_outcome = now, ""
-    health.save()
-    audit.record(
-        actor,
-        "node.released",
-        health,
-        cluster=cluster,
-        payload={"from": previous, "reason": reason, "resume_in_slurm": resume},
-    )
-    return health
-
-
-def pending_resumes(cluster: Cluster) -> QuerySet[NodeHealth]:
-    """Released nodes our drain took out of Slurm, for the controller to resume there."""
-    return NodeHealth.objects.filter(cluster=cluster, resume_requested_at__isnull=False).order_by(
-        "name"
-    )
-
-
-RESUME_OUTCOMES = {
-    "resumed": "node.resumed",
-    # Nothing to do or not ours to do: said so in the trail, and Slurm is left as it is.
-    "in_service": "node.resume_skipped",
-    "not_ours": "node.resume_skipped",
-    "unknown_node": "node.resume_skipped",
-}
-
-
-def record_resume(
-    controller: ControllerToken, name: str, requested_at: datetime, outcome: str, detail: str
-) -> bool:
-    """The controller's report on a release it was asked to carry into Slurm, audited. Only
-    the request it read is settled: a replay, or a report on an older request, changes
-    nothing (False)."""
-    with transaction.atomic():
-        health = (
-            NodeHealth.objects.select_for_update()
-            .filter(cluster=controller.cluster, name=name, resume_requested_at=requested_at)
-            .first()
-        )
-        if health is None:
-            return False
-        health.resume_requested_at, health.resume_outcome = None, outcome
-        if outcome == "resumed":
-            health.slurm_reason = ""
-        health.save()
-        payload = {"outcome": outcome, "detail": detail[:500], "requested_at": str(requested_at)}
-        audit.record(
-            controller.actor,
-            RESUME_OUTCOMES[outcome],
-            health,
-            cluster=controller.cluster,
-            payload=payload,
-        )
-    return True

@@ -1,0 +1,64 @@
+"""Built-in signatures of the application itself: configuration and code errors, and its own
+Python exceptions."""
+
+from __future__ import annotations
+
+from detection.core.signatures.entries import APP_ERROR, APP_FATAL, A, C, hint, sig
+from detection.core.signatures.refiners import flood, refine_exception
+
+APPLICATION = (
+    sig(
+        "state_dict_mismatch",
+        r"Error\(s\) in loading state_dict|Missing key\(s\) in state_dict"
+        r"|Unexpected key\(s\) in state_dict|size mismatch for \S{1,200}: copying a param",
+        APP_FATAL,
+        "The checkpoint does not fit the model (missing, unexpected or resized weights).",
+        refine=flood,
+    ),
+    sig(
+        "script_not_found",
+        r"can't open file '[^'\n]{1,512}': \[Errno 2\]",
+        APP_FATAL,
+        "The launcher cannot find the training script.",
+    ),
+    sig(
+        "undefined_symbol",
+        r"\.so(?:\.\d+)*: undefined symbol: |version `[^'\n]{1,80}' not found \(required by",
+        APP_FATAL,
+        "A compiled extension does not match the installed libraries (rebuild it).",
+    ),
+    sig(
+        "config_key_missing",
+        r"Key '[^'\n]{1,200}' not in '[^'\n]{1,200}'|Missing mandatory value: \S{1,200}"
+        r"|ConfigAttributeError|ConfigKeyError",
+        APP_FATAL,
+        "The configuration names a key the schema does not have (or lacks a required one).",
+    ),
+)
+
+
+# Python tracebacks: assembled per stream into the exception line's finding.
+PYTHON = (
+    sig(
+        "python_traceback_start",
+        r"Traceback \(most recent call last\)",
+        hint(C.APPLICATION_ERROR, A.APPLICATION),
+        "Start of a Python traceback.",
+        internal=True,
+    ),
+    sig(
+        "python_frame",
+        r"File \"(?P<tb_file>[^\"\n]{1,512})\", line (?P<tb_line>\d{1,7}),"
+        r" in (?P<tb_func>\S{1,200})",
+        hint(C.APPLICATION_ERROR, A.APPLICATION),
+        "A Python traceback frame.",
+        internal=True,
+    ),
+    sig(
+        "python_exception",
+        r"(?:^|[\s\]:>|)*])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|\s*$)",
+        APP_ERROR,
+        "A Python exception raised by the program.",
+        refine=refine_exception,
+    ),
+)

@@ -1,0 +1,107 @@
+"""Built-in signatures of the GPU software stack: CUDA and NCCL errors as PyTorch reports
+them, and the watchdogs of the collectives (c10d, NCCL's RAS)."""
+
+from __future__ import annotations
+
+from detection.core.signatures.entries import (
+    APP_ERROR,
+    APP_FATAL,
+    HANG_CASCADE,
+    OOM,
+    A,
+    C,
+    K,
+    R,
+    S,
+    hint,
+    sig,
+)
+from detection.core.signatures.model import classify
+from detection.core.signatures.refiners import flood, refine_watchdog
+
+CUDA = (
+    sig(
+        "cuda_oom",
+        r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
+        r"|Cuda failure '?out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
+        r"|HIP out of memory|RESOURCE_EXHAUSTED: Out of memory",
+        OOM,
+        "The GPU ran out of memory.",
+    ),
+    sig(
+        "cuda_illegal_memory_access",
+        r"(?i)illegal memory access|cudaErrorIllegalAddress|an illegal instruction was encountered"
+        r"|misaligned address",
+        APP_ERROR,
+        "A kernel touched memory it should not (an application or library bug, or a faulty "
+        "GPU when the driver logs an Xid).",
+    ),
+    sig(
+        "cuda_device_assert",
+        r"device-side assert(?:ion)? triggered|Assertion `[^`\n]{0,300}` failed",
+        APP_FATAL,
+        "A device-side assertion failed (usually an index or a label out of range).",
+        refine=flood,
+    ),
+    sig(
+        "cuda_previous_error",
+        r"(?i)\bprevious (?:CUDA )?error\b|caused by a previous error",
+        classify(K.CRASH, C.APPLICATION_ERROR, A.NONE, R.CASCADE, False, S.WARNING),
+        "Reports an error that happened earlier.",
+    ),
+    sig(
+        "cuda_library_error",
+        r"CUBLAS_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|NOT_INITIALIZED)"
+        r"|CUDNN_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR|MAPPING_ERROR)",
+        classify(K.CRASH, C.GPU_HARDWARE, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
+        "cuBLAS or cuDNN failed to run a kernel: a CUDA stack or GPU fault unless shown otherwise.",
+    ),
+)
+
+
+COLLECTIVES = (
+    sig(
+        "nccl_invalid_usage",
+        r"ncclInvalidUsage|invalid usage \(run with NCCL_DEBUG|ncclInvalidArgument",
+        APP_FATAL,
+        "The application called NCCL incorrectly (mismatched collectives or arguments).",
+    ),
+    sig(
+        "nccl_internal_error",
+        r"ncclInternalError|unhandled cuda error|ncclUnhandledCudaError|NCCL error: internal error",
+        classify(K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.CASCADE, False, S.WARNING),
+        "NCCL internal or CUDA error report; the root cause is usually logged elsewhere.",
+    ),
+    sig(
+        "nccl_cuda_failure",
+        r"NCCL WARN Cuda failure '(?P<cudaerr>[^'\n]{0,200})'",
+        classify(K.CRASH, C.GPU_HARDWARE, A.HARDWARE, R.CASCADE, False, S.WARNING),
+        "A CUDA call inside NCCL failed.",
+    ),
+    sig(
+        "nccl_watchdog_timeout",
+        r"Watchdog caught collective operation timeout|Timeout at NCCL work"
+        r"|Process group watchdog thread terminated with exception"
+        r"|Not all ranks joining collective|Communicator ranks have different \w+ operation counts"
+        r"|collective operation timeout|Collective \w+ timed out",
+        HANG_CASCADE,
+        "A collective did not finish in time (PyTorch's NCCL watchdog, its flight recorder or "
+        "NCCL's RAS).",
+        refine=refine_watchdog,
+    ),
+    sig(
+        "nccl_heartbeat_timeout",
+        r"(?i)Heartbeat monitor timed out|watchdog got stuck for \d+ seconds",
+        HANG_CASCADE,
+        "PyTorch NCCL heartbeat monitor: the watchdog itself is stuck (a CUDA/NCCL call hangs).",
+        refine=flood,
+    ),
+    sig(
+        "nccl_abort_aftermath",
+        r"Some NCCL operations have failed or timed out|detected by watchdog at work"
+        r"|taking the entire process down|NCCL communicator was aborted"
+        r"|failure detected by watchdog",
+        hint(C.NCCL_TIMEOUT_HANG, A.INTERCONNECT),
+        "ProcessGroupNCCL tearing down after an error or timeout.",
+    ),
+)

@@ -1,0 +1,181 @@
+"""Built-in signatures of the hosts and schedulers: the kernel's OOM killer and hung-task and
+lockup reports, signals, the launchers (torchrun, DeepSpeed, srun, PALS) and the schedulers
+(Slurm, PBS)."""
+
+from __future__ import annotations
+
+from detection.core.signatures.entries import (
+    HOST_OOM,
+    NODE_FAILED,
+    PROC_CASCADE,
+    PROC_KILLED,
+    SCHED,
+    A,
+    C,
+    K,
+    R,
+    S,
+    sig,
+)
+from detection.core.signatures.model import classify
+from detection.core.signatures.refiners import flood
+
+HOSTS_AND_SCHEDULERS = (
+    sig(
+        "host_oom_killer",
+        r"Out of memory: Kill(?:ed)? process|oom-kill:|\boom_reaper\b|Memory cgroup out of memory"
+        r"|oom-kill event|^\[?[\d. ]*\]? ?Killed process \d+ \(",
+        HOST_OOM,
+        "The kernel OOM killer ended a process: the node ran out of host memory.",
+    ),
+    sig(
+        "slurm_oom_kill",
+        r"Detected \d+ oom[-_]kill events? in (?:StepId|step)|oom[-_]kill event\(s\) in"
+        r"|Exceeded (?:job|step) memory limit|OUT_OF_MEMORY",
+        HOST_OOM,
+        "Slurm's cgroup caught the step exceeding its memory.",
+        refine=flood,
+    ),
+    sig(
+        "dataloader_shm_bus_error",
+        r"Unexpected bus error encountered in worker|is killed by signal: Bus error"
+        r"|insufficient shared memory \(shm\)",
+        classify(
+            K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR
+        ),
+        "DataLoader workers ran out of shared memory (/dev/shm) on the node.",
+        refine=flood,
+    ),
+    sig(
+        "dataloader_worker_killed",
+        r"DataLoader worker \(pid[^)\n]{0,200}\)"
+        r" (?:is killed by signal: Killed|exited unexpectedly)",
+        HOST_OOM,
+        "A DataLoader worker was killed (usually by the host OOM killer).",
+        refine=flood,
+    ),
+    sig(
+        "slurm_node_failure_named",
+        r"(?:srun|salloc|sbatch|slurmstepd): error: Node failure on"
+        r" (?P<host>[A-Za-z0-9][\w.-]{0,253})"
+        r"|Killing job step \S{1,40} on failed node (?P<host2>[A-Za-z0-9][\w.-]{0,253})"
+        r"|(?:srun|slurmstepd): error: (?:Task launch|Node) (?P<host3>[A-Za-z0-9][\w.-]{0,253})"
+        r" not responding",
+        NODE_FAILED,
+        "Slurm names the node that failed.",
+    ),
+    sig(
+        "slurm_cancelled_node_failure",
+        r"CANCELLED AT \S{1,40} DUE TO NODE FAIL|Job requeued due to node failure",
+        # The host in this message is where slurmstepd printed it: a survivor, not the culprit.
+        # Slurm marks the failed node down itself; the scheduler's node states name it.
+        classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.HARDWARE, R.INITIATING, False, S.CRITICAL),
+        "Slurm ended the job because one of its nodes failed.",
+        refine=flood,
+    ),
+    sig(
+        "pbs_node_failure",
+        r"job preempted \(node failure\)|Job killed due to node failure"
+        r"|MOM (?P<host>\S{1,255}) is down|send to MOM '(?P<host2>[^'\s]{1,255})' failed",
+        NODE_FAILED,
+        "PBS lost the job to a node failure (its execution daemon, MOM, is down or unreachable).",
+        refine=flood,
+    ),
+    sig(
+        "pals_node_failure",
+        r"shepherd died from signal \d+|ping RPC timeout from (?P<host>[A-Za-z0-9][\w.-]{0,253})"
+        r"|PALS: [^\n]{0,120}(?:node|host) (?P<host2>[A-Za-z0-9][\w.-]{0,253}) (?:failed|lost)",
+        NODE_FAILED,
+        "HPE PALS lost a node's shepherd (the per-node launcher daemon died or stopped answering).",
+    ),
+    sig(
+        "slurm_cancelled_time_limit",
+        r"CANCELLED AT \S{1,40} DUE TO TIME LIMIT|\bTIMEOUT\b[^\n]{0,40}\btime limit\b",
+        SCHED,
+        "Slurm ended the job at its time limit.",
+        refine=flood,
+    ),
+    sig(
+        "slurm_cancelled_preemption",
+        r"CANCELLED AT \S{1,40} DUE TO PREEMPTION|job preempted\b|\bPREEMPTED\b"
+        r"|this job is preempted",
+        SCHED,
+        "The scheduler preempted the job.",
+        refine=flood,
+    ),
+    sig(
+        "hung_task",
+        r"INFO: task \S{1,64}:\d+ blocked for more than \d+ seconds",
+        classify(
+            K.HANG, C.NODE_OR_PROCESS_FAILURE, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.WARNING
+        ),
+        "The kernel reports a process stuck in uninterruptible sleep (I/O or a driver call).",
+        refine=flood,
+    ),
+    sig(
+        "cpu_lockup",
+        # Linux's lockup detectors and RCU stall warnings: a CPU of the node stopped scheduling.
+        r"BUG: soft lockup - CPU#\d+ stuck for \d+s"
+        r"|Watchdog detected hard LOCKUP on cpu \d+"
+        r"|rcu: INFO: rcu_(?:sched|preempt) (?:self-)?detected stalls? on CPU",
+        # A brief lockup under heavy I/O passes; when the job then hangs or its peers time out,
+        # this node froze its ranks: exclude it.
+        classify(K.HANG, C.NODE_OR_PROCESS_FAILURE, A.SYSTEM_SOFTWARE, R.CONTEXT, True, S.WARNING),
+        "A CPU of the node locked up (the kernel's soft/hard lockup or RCU stall detector).",
+        refine=flood,
+    ),
+    sig(
+        "hung_task_in_filesystem",
+        # The call trace of a hung task, in a filesystem client's module: the task waits on it.
+        r"\+0x[0-9a-f]{1,8}/0x[0-9a-f]{1,8} \[(?:mmfs26|mmfslinux|nfs|nfsv4|nfsv3|sunrpc|lustre"
+        r"|lnet|ptlrpc|osc|mdc|lov|llite|ceph|fuse|beegfs|wekafsio|gpfs)\]\s*$",
+        classify(K.HANG, C.FILESYSTEM_IO, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
+        "A hung task's call trace shows it waiting on a shared filesystem (GPFS, NFS, Lustre ...).",
+        refine=flood,
+    ),
+    sig(
+        "process_sigkill",
+        r"Signals\.SIGKILL|Signal 9 \(SIGKILL\)|signal SIGKILL|exitcode\s*:\s*-9\b"
+        r"|exit code -9\b|\(exitcode: -9\)|died from signal 9\b",
+        PROC_KILLED,
+        "A process was killed with SIGKILL (OOM killer, scheduler or an operator).",
+        refine=flood,
+    ),
+    sig(
+        "process_killed_bare",
+        r"^Killed\s*$",
+        classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.APPLICATION, R.INITIATING, False, S.ERROR),
+        "The shell reports the foreground process killed (SIGKILL: almost always the OOM killer).",
+        refine=flood,
+    ),
+    sig(
+        "process_segfault",
+        r"Segmentation fault|\bSIGSEGV\b|Signal 11 \(SIGSEGV\)|exitcode\s*:\s*-11\b",
+        classify(
+            K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR
+        ),
+        "A process crashed with a segmentation fault.",
+    ),
+    sig(
+        "srun_task_failed",
+        r"srun: error: (?P<host>[A-Za-z0-9][\w.-]{0,253}): tasks? [\d,\-\[\] ]{1,200}:"
+        r" (?:Killed|Exited with exit code \d+|Terminated|Aborted|Segmentation fault)",
+        PROC_CASCADE,
+        "srun reports tasks that ended badly (a consequence, not a cause).",
+    ),
+    sig(
+        "torchelastic_child_failed",
+        r"ChildFailedError|failed \(exitcode: -?\d+\) local_rank:|ProcessExitedException",
+        PROC_CASCADE,
+        "torchrun reports a worker that failed.",
+        refine=flood,
+    ),
+    sig(
+        "launcher_killing_children",
+        r"sigkill_handler\] Killing subprocess|^Killing subprocess \d+|rank \d+ died from signal"
+        r"|exits with return code = -?\d+",
+        PROC_CASCADE,
+        "A launcher (DeepSpeed, PALS) ends the other workers after one failed.",
+        refine=flood,
+    ),
+)
