@@ -79,7 +79,8 @@ class Interruption:
     fault on a node (a fatal Xid, an ECC failure, a node failure), named or not, and
     ``host_origins`` how each implicated host was named (``HostOrigin``). ``detail`` is what
     the evidence says to fix (an exception and where it was raised). ``job_id`` names the
-    interrupted job when the detector knows it (metrics carry it)."""
+    interrupted job when the detector knows it (metrics carry it). ``phase`` says whether it
+    failed before the first training step or after training had progressed."""
 
     kind: Kind
     category: Category
@@ -99,6 +100,9 @@ class Interruption:
     pci_ids: tuple[str, ...] = ()
     detail: str = ""
     job_id: str = ""
+    # When in the job's life it failed, as far as the lines tell (``detection.core.phase``):
+    # "startup", "training", or "" when they do not say.
+    phase: str = ""
 
     @property
     def is_failure(self) -> bool:

@@ -37,8 +37,38 @@ _LAGGING = classify(
 
 
 def trend_findings(lines: Sequence[str]) -> list[MatchGroup]:
-    found = [loss_divergence(lines), lagging_member(lines)]
+    found = [loss_divergence(lines), lagging_member(lines), every_step_skipped(lines)]
     return [group for group in found if group is not None]
+
+
+SKIPPED_STEPS = "every_step_skipped"
+# A trainer that drops a step whose gradients are not finite ("detected nan/inf gradient;
+# skipping"): the act, not a counter of skipped steps such as Megatron's iteration line prints.
+# DeepSpeed's OVERFLOW lines say more (the loss scale) and have their own signature.
+_SKIPPED_STEP = compile_re(
+    r"(?i)(?:nan|inf|non-?finite|overflow)[^\n]{0,60}skipping\b"
+    r"|skipping (?:this |the )?(?:step|update|batch|iteration)[^\n]{0,60}"
+    r"(?:nan|inf|non-?finite|overflow)"
+)
+# One skip is loss scaling at work; this many in a row with no step taken between is a run
+# that no longer trains.
+SKIPS_IN_A_ROW = 4
+
+
+def every_step_skipped(lines: Sequence[str]) -> MatchGroup | None:
+    """Steps skipped for non-finite gradients, one after another with no finite loss between."""
+    run, first = 0, 0
+    for line_no, line in enumerate(lines, start=1):
+        if "OVERFLOW!" not in line and _SKIPPED_STEP.search(line) is not None:
+            run, first = run + 1, first or line_no
+            if run >= SKIPS_IN_A_ROW:
+                what = f"{run} steps in a row skipped for non-finite gradients"
+                return _group(lines, SKIPPED_STEPS, NAN, first, what[:1].upper() + what[1:], ())
+            continue
+        progress = parse_progress(line)
+        if progress is not None and progress.loss is not None and progress.loss == progress.loss:
+            run, first = 0, 0
+    return None
 
 
 def loss_divergence(

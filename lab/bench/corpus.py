@@ -3,8 +3,10 @@
 experienced operator said it is and what they would do.
 
 The corpus is a directory with the excerpts and an ``expected.json`` of ``{"cases": [{"file",
-"expected": {"category", "attribution", "action", "implicated_hosts"}, "context"?}]}``; a
-case's ``context`` (``nodes``, ``tasks_per_node``, ``source_host``) is what the caller knew.
+"source", "part", "expected": {"category", "attribution", "action", "implicated_hosts"},
+"context"?}]}``; a case's ``context`` (``nodes``, ``tasks_per_node``, ``source_host``) is what
+the caller knew. ``part`` splits the corpus by source thread (``source``): rules are written
+against the ``development`` part, and the ``held_out`` part measures how they generalise.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from remediation.core.policy import Policy
 from remediation.core.verdict import judge_excerpt
 
 BENIGN = "benign"
+DEVELOPMENT, HELD_OUT = "development", "held_out"
+PARTS = (HELD_OUT, DEVELOPMENT)
 MAX_EXCERPT_BYTES = 64 * 1024 * 1024
 
 
@@ -34,6 +38,8 @@ class Case:
     file: str
     expected: dict[str, Any]
     context: DiagnosisContext
+    source: str = ""
+    part: str = DEVELOPMENT
 
 
 @dataclass(frozen=True)
@@ -71,7 +77,19 @@ def case_from(entry: dict[str, Any]) -> Case:
     for key in ("category", "attribution", "action", "implicated_hosts"):
         if key not in expected:
             raise ValueError(f"{entry['file']}: expected.{key} is missing")
-    return Case(str(entry["file"]), dict(expected), DiagnosisContext(**context))
+    part = entry.get("part", DEVELOPMENT)
+    if part not in PARTS:
+        raise ValueError(f"{entry['file']}: part {part!r} is not one of {', '.join(PARTS)}")
+    source = str(entry.get("source", ""))
+    return Case(str(entry["file"]), dict(expected), DiagnosisContext(**context), source, part)
+
+
+def threads_in_both_parts(cases: Iterable[Case]) -> set[str]:
+    """Source threads with excerpts in both parts: a split by thread has none."""
+    parts: dict[str, set[str]] = {}
+    for case in cases:
+        parts.setdefault(case.source, set()).add(case.part)
+    return {source for source, seen in parts.items() if len(seen) > 1}
 
 
 def judge_cases(
@@ -94,6 +112,16 @@ def judge_cases(
         verdict, _ = judge_excerpt(data, case.context, policy, library)
         judged.append(Judged(case, verdict.to_dict()))
     return judged
+
+
+def score_by_part(judged: Sequence[Judged]) -> dict[str, Any]:
+    """The scores of the held-out part first (what generalises), then the development part's,
+    then the whole corpus's."""
+    result: dict[str, Any] = {
+        part: score([j for j in judged if j.case.part == part]) for part in PARTS
+    }
+    result["all"] = score(judged)
+    return result
 
 
 def score(judged: Sequence[Judged]) -> dict[str, Any]:
@@ -134,6 +162,7 @@ def disagreements(judged: Sequence[Judged]) -> list[dict[str, Any]]:
     return [
         {
             "file": j.case.file,
+            "part": j.case.part,
             **{f"expected_{key}": j.case.expected[key] for key in keys},
             **{f"got_{key}": j.got[key] for key in keys},
         }

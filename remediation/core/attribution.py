@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from detection.core.interruption import HostOrigin, Interruption
+from detection.core.shape import Phase
 from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel
 
 from .incident import Incident
@@ -68,6 +69,8 @@ def attribute(interruption: Interruption, attempt: AttemptView | None = None) ->
     nodes = set(view.nodes) or set(origins)
     kept = {h: o for h, o in origins.items() if h in nodes}
     outside = tuple(sorted(h for h in origins if h not in nodes))
+    phase = _phase(interruption, view)
+    attribution = _configuration_at_startup(interruption, phase, node_local) or attribution
     incident = Incident(
         kind=interruption.kind.value,
         category=interruption.category.value,
@@ -80,9 +83,33 @@ def attribute(interruption: Interruption, attempt: AttemptView | None = None) ->
         signature=interruption.signature,
         node_local=node_local,
         detail=interruption.detail,
+        phase=phase,
     )
     explanation = _explain(interruption, incident, kept, outside, down)
     return Attributed(incident, explanation, tuple(sorted(kept.items())), outside)
+
+
+def _phase(interruption: Interruption, view: AttemptView) -> str:
+    # A step the loop saw the attempt reach outranks what the excerpt's lines suggest.
+    if view.step:
+        return Phase.TRAINING.value
+    return interruption.phase
+
+
+def _configuration_at_startup(
+    interruption: Interruption, phase: str, node_local: bool
+) -> Attribution | None:
+    """Before the first step, a network that no rank gets through is how the job or the site is
+    set up (system software), and a process killed while loading is the job's own demand."""
+    if phase != Phase.STARTUP or node_local:
+        return None
+    if interruption.category is Category.INTERCONNECT_NETWORK:
+        return Attribution.SYSTEM_SOFTWARE
+    if interruption.category is Category.NODE_OR_PROCESS_FAILURE and (
+        interruption.attribution is Attribution.SYSTEM_SOFTWARE
+    ):
+        return Attribution.APPLICATION
+    return None
 
 
 def _from_metrics(interruption: Interruption, view: AttemptView) -> dict[str, str]:

@@ -66,6 +66,11 @@ FIXES: Mapping[str, str] = {
         "the checkpoint file cannot be written: create its directory, check its permissions and "
         "the free space, or write elsewhere"
     ),
+    "checkpoint_io_failed": (
+        "a checkpoint could not be saved or loaded: check the storage it goes to (free space, "
+        "quota, the mount's health, permissions) and, for a load, that the checkpoint is whole; "
+        "then resume from the last good one"
+    ),
     "dataloader_worker_killed": (
         "DataLoader workers are being killed (host memory): use fewer workers or less memory "
         "per worker"
@@ -73,6 +78,20 @@ FIXES: Mapping[str, str] = {
     "nccl_network_config": (
         "NCCL cannot use the network it is told to: fix NCCL_SOCKET_IFNAME / NCCL_IB_HCA or the "
         "interfaces on every node"
+    ),
+    "nccl_collective_mismatch": (
+        "the ranks disagree on a collective's size: make every node run the same code, "
+        "configuration and NCCL version (and the same NCCL_* environment)"
+    ),
+    "startup:interconnect_network": (
+        "no rank got past setting up the job's network: check that MASTER_ADDR and MASTER_PORT "
+        "are reachable from every node and free, the rendezvous settings (nodes, run id), "
+        "NCCL_SOCKET_IFNAME / NCCL_IB_HCA / NCCL_IB_GID_INDEX, and the firewall between nodes"
+    ),
+    "startup:node_or_process_failure": (
+        "the job dies before its first step, while launching or loading: a process killed "
+        "while loading the model or checkpoint shards needs more host memory (--mem) or a "
+        "lighter load (fewer shards in memory at once, low_cpu_mem_usage)"
     ),
 }
 GENERIC_FIX = "a retry would fail the same way: fix the cause, then resubmit"
@@ -91,6 +110,7 @@ def decide(policy: Policy, incident: Incident, history: History, comment: str = 
         incident.signature,
         incident.node_local,
         incident.category,
+        incident.phase,
     )
     if action is Action.STOP:
         return _stop(incident, rule)
@@ -99,9 +119,40 @@ def decide(policy: Policy, incident: Incident, history: History, comment: str = 
     bound = _bound_reason(incident, history, limits)
     if bound:
         return Decision(Action.STOP, reasons=(bound,), rule="limits", fix=_bound_fix(incident))
+    if action is Action.RESTART_EXCLUDING_NODE and _first_on_its_hosts(incident, history):
+        return _restart(incident, history, rule, (_recurrence_note(incident),))
     if action is Action.RESTART_EXCLUDING_NODE:
         return _exclude(policy, incident, history, rule)
     return _restart(incident, history, rule)
+
+
+# Errors a faulty GPU raises, but so do driver hiccups and some application bugs: the first one
+# on a host restarts the job; the same error again on that host (in an earlier attempt of the
+# workload, or a strike from another workload) takes the host out.
+RECURRING_ON_A_HOST = frozenset({"gpu_cuda_unknown_error", "cuda_launch_failure"})
+
+
+def _first_on_its_hosts(incident: Incident, history: History) -> bool:
+    if incident.signature not in RECURRING_ON_A_HOST:
+        return False
+    if not incident.hosts:
+        return True
+    earlier = {
+        host
+        for cause, _ in history.root_causes
+        if cause.partition(":")[0] in RECURRING_ON_A_HOST
+        for host in cause.partition(":")[2].split(",")
+    }
+    struck = {host for host, count in history.strikes.items() if count > 0}
+    return not (set(incident.hosts) & (earlier | struck))
+
+
+def _recurrence_note(incident: Incident) -> str:
+    where = f"on {', '.join(incident.hosts)}" if incident.hosts else "with no host named"
+    return (
+        f"recurrence: the first such error {where}; the same error again on that host takes it "
+        "out of the job"
+    )
 
 
 def _stop(incident: Incident, rule: str) -> Decision:
@@ -173,6 +224,11 @@ def _restart(
 
 
 def _restart_reason(incident: Incident, rule: str) -> str:
+    if incident.signature in RECURRING_ON_A_HOST:
+        return (
+            "a CUDA error that a faulty GPU raises, but so does a passing driver or application "
+            "fault: restart"
+        )
     if incident.kind == "hang":
         return "the job stopped making progress: restart it from its last checkpoint"
     if rule == NODE_LOCAL and incident.hosts:

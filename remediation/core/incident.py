@@ -25,6 +25,8 @@ class Incident:
     node_local: bool = False
     # What the evidence says to fix, for a stop (an exception and where it was raised ...).
     detail: str = ""
+    # Before the first training step ("startup"), after progress ("training"), or unknown ("").
+    phase: str = ""
 
 
 @dataclass(frozen=True)

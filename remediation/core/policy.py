@@ -6,9 +6,12 @@ applies it to one attributed interruption.
 
 The rule table maps what failed to what to do (DESIGN.md §4). A key is a failure category
 (``cuda_oom``), the name of a signature (``fs_no_space``, a built-in or a cluster's own), or
-``node_local`` for evidence that a node is at fault whatever its category. A signature rule
-beats ``node_local``, which beats the category's rule. A cluster's ``rules`` are laid over
-the defaults, and a partition's ``rules`` over the cluster's.
+``node_local`` for evidence that a node is at fault whatever its category. A key may be
+qualified by the phase the failure came in, ``startup:KEY`` (before the first training step)
+or ``training:KEY`` (after progress), and then beats the same key unqualified. In order: the
+signature's phase rule, the signature's rule, ``node_local``, the category's phase rule, the
+category's rule. A cluster's ``rules`` are laid over the defaults, and a partition's ``rules``
+over the cluster's.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from fleet.core.taxonomy import Action, Category
 from .isolation import IsolationRules
 
 NODE_LOCAL = "node_local"
+PHASES = ("startup", "training")
 
 # The question for every rule: would a blind restart fail the same way?
 DEFAULT_RULES: Mapping[str, Action] = {
@@ -45,6 +49,7 @@ DEFAULT_RULES: Mapping[str, Action] = {
     "fs_read_only": Action.STOP,
     "fs_stale_handle": Action.STOP,
     "checkpoint_unwritable": Action.STOP,
+    "checkpoint_io_failed": Action.STOP,
     "process_killed_bare": Action.STOP,
     "slurm_out_of_memory": Action.STOP,
     "loss_divergence": Action.STOP,
@@ -52,9 +57,15 @@ DEFAULT_RULES: Mapping[str, Action] = {
     "slurm_oom_kill": Action.STOP,
     "dataloader_worker_killed": Action.STOP,
     "nccl_network_config": Action.STOP,
+    "nccl_collective_mismatch": Action.STOP,
     "cuda_illegal_memory_access": Action.RESTART,
     "nvrm_xid_application": Action.RESTART,
     "slurm_cancelled": Action.NONE,
+    # Before the first step, the network and the processes fail from how the job is set up:
+    # a store or master no client reaches, an interface or HCA that is not there, a model too
+    # big for the host's memory while it loads. The same after training ran is an outage.
+    "startup:interconnect_network": Action.STOP,
+    "startup:node_or_process_failure": Action.STOP,
 }
 CATEGORIES = frozenset(c.value for c in Category)
 ACTIONS = frozenset(a.value for a in Action)
@@ -135,15 +146,23 @@ class Policy:
 
 
 def rule_for(
-    rules: Mapping[str, Action], signature: str, node_local: bool, category: str
+    rules: Mapping[str, Action],
+    signature: str,
+    node_local: bool,
+    category: str,
+    phase: str = "",
 ) -> tuple[Action, str]:
     """The action the table gives, and the key that gave it."""
-    if signature and signature in rules:
-        return rules[signature], signature
-    if node_local and NODE_LOCAL in rules:
-        return rules[NODE_LOCAL], NODE_LOCAL
-    if category in rules:
-        return rules[category], category
+    keys = (
+        f"{phase}:{signature}" if phase and signature else "",
+        signature,
+        NODE_LOCAL if node_local else "",
+        f"{phase}:{category}" if phase else "",
+        category,
+    )
+    for key in keys:
+        if key and key in rules:
+            return rules[key], key
     return Action.RESTART, "default"
 
 
@@ -217,8 +236,15 @@ def _parse_rules(
 
 
 def _rule_key_problem(key: object, signatures: Collection[str] | None) -> str | None:
+    if isinstance(key, str) and key.partition(":")[0] in PHASES and ":" in key:
+        phase, _, key = key.partition(":")
+        if key == NODE_LOCAL:
+            return f"{phase}:node_local is not a rule: node-local evidence is the same in any phase"
     if not isinstance(key, str) or not key or len(key) > 64 or set(key) - SIGNATURE_NAME:
-        return "is not a category, a signature name or node_local"
+        return (
+            "is not a category, a signature name or node_local "
+            "(optionally after startup: or training:)"
+        )
     if key == NODE_LOCAL or key in CATEGORIES or key in DEFAULT_RULES:
         return None
     if signatures is not None and key not in signatures:

@@ -19,6 +19,7 @@ from .attribution import AttemptView, attribute
 from .decisions import Decision, decide
 from .incident import History, Incident
 from .policy import Policy
+from .shape import shape_sentence
 
 # Attribution can only ever raise a hypothesis to supported (the scheduler confirmed a node).
 _LABEL_VALUE = {ConfidenceLabel.SUPPORTED: 0.7}
@@ -69,9 +70,11 @@ def judge(
     attributed = attribute(interruption, attempt)
     decision = decide(policy or Policy(), attributed.incident, history or History(), comment)
     reasons = " ".join(_sentence(reason) for reason in decision.reasons)
-    explanation = (
-        f"{attributed.explanation} Decision: {reasons}" if reasons else attributed.explanation
-    )
+    explanation = attributed.explanation
+    if interruption.is_failure:
+        explanation = f"{explanation} {shape_sentence(attributed.incident)}"
+    if reasons:
+        explanation = f"{explanation} Decision: {reasons}"
     return Verdict(interruption, attributed.incident, decision, explanation)
 
 

@@ -229,6 +229,20 @@ NETWORK = (
         "torchrun rendezvous failed.",
     ),
     sig(
+        "address_in_use",
+        r"errno: 98 - Address already in use|EADDRINUSE|\[Errno 98\]|Address already in use",
+        classify(K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
+        "The port the job's store or master listens on is already taken on that host.",
+    ),
+    sig(
+        "nccl_collective_mismatch",
+        r"collective mismatch error",
+        classify(K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
+        "Two ranks disagree on a collective's size: they run different code, settings or NCCL "
+        "versions.",
+        refine=flood,
+    ),
+    sig(
         "c10d_store_error",
         r"DistStoreError|DistNetworkError|client socket has timed out|connect\(\) timed out"
         r"|TCPStore[^\n]{0,120}(?:timed out|timeout|failed|refused)|Socket Timeout",

@@ -27,6 +27,12 @@ FILESYSTEMS = (
         "A shared filesystem lost track of a file (NFS/Lustre stale handle).",
     ),
     sig(
+        "storage_write_failed",
+        r"Error writing (?:local )?file|Failed to acquire lock on file",
+        FS,
+        "A write to storage failed (tensorstore and orbax phrase it so).",
+    ),
+    sig(
         "checkpoint_unwritable",
         r"File \S{1,512} cannot be opened|Parent directory \S{1,512} does not exist",
         FS,

@@ -10,6 +10,7 @@ from detection.core.signatures.entries import (
     PROC_CASCADE,
     PROC_KILLED,
     SCHED,
+    SCHED_NODE,
     A,
     C,
     K,
@@ -53,6 +54,23 @@ HOSTS_AND_SCHEDULERS = (
         HOST_OOM,
         "A DataLoader worker was killed (usually by the host OOM killer).",
         refine=flood,
+    ),
+    sig(
+        "slurm_node_launch_failed",
+        r"Task launch for \S{1,40} failed on node (?P<host>[A-Za-z0-9][\w.-]{0,253})"
+        r"|(?i:error running (?:the )?prolog|prolog failed|prolog_slurmctld failed)"
+        r"|slurmstepd: error: execve\(\)"
+        r"|slurmstepd: error: [^\n]{0,80}(?:spool|job_container|TMPDIR)[^\n]{0,80}",
+        SCHED_NODE,
+        "The node's Slurm daemon could not start the job's tasks (prolog, execve, spool): the "
+        "node is not fit to run it.",
+        refine=flood,
+    ),
+    sig(
+        "slurm_step_refused",
+        r"Unable to create step for job \d{1,20}: [^\n]{1,120}",
+        SCHED,
+        "Slurm could not create the job step (resources busy or not available).",
     ),
     sig(
         "slurm_node_failure_named",

@@ -43,7 +43,8 @@ NUMERICAL = (
     ),
     sig(
         "loss_nan",
-        r"(?i)loss['\"]?\s*[:=]?\s*['\"]?[-+]?(?:nan|inf)(?:inity)?\b|loss is (?:NaN|Inf)\b",
+        r"(?i)loss\w{0,16}['\"]?\s*[:=]?\s*['\"]?[-+]?(?:nan|inf)(?:inity)?\b"
+        r"|loss is (?:NaN|Inf)\b",
         NAN,
         "The loss is NaN or Inf.",
         refine=flood,

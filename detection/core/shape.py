@@ -1,0 +1,112 @@
+"""The shape of a failure's evidence, read from the lines themselves.
+
+**Phase**: when in a job's life a failure came: before its first training step (start-up: launch,
+rendezvous, communicator set-up, loading the model or a checkpoint) or after training had made
+progress. The same failure means different things in each: a store that no client reaches at
+start-up is a configuration a restart repeats; the same store lost after hours of training is
+an outage a restart rides out. A progress line (``progress``) before the failure says training
+ran; a start-up step named in the lines, with no progress before the failure, says it never did.
+
+**Checkpoint I/O**: a storage failure while a checkpoint is saved or loaded. A retry saves to
+(or loads from) the same storage and fails the same way, wherever it runs.
+
+Pure Python on RE2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+from detection.core.progress import parse_progress
+from detection.core.signatures.model import compile_re
+
+
+class Phase(StrEnum):
+    STARTUP = "startup"
+    TRAINING = "training"
+    UNKNOWN = ""
+
+
+# What only start-up does: launching and joining the job, building communicators, loading the
+# model, its weights or a checkpoint to resume from. Python frames name these functions too.
+_STARTUP = compile_re(
+    r"(?i)(init_process_group|rendezvous|_store_based_barrier|TCPStore\(|"
+    r"DistStoreError|c10d.{0,40}(?:store|socket)|MASTER_ADDR|MASTER_PORT|"
+    r"ncclCommInitRank|NCCL INFO Bootstrap|bootstrap.{0,20}(?:connect|init)|"
+    r"Bootstrap : Using|initialize_model_parallel|deepspeed\.initialize|"
+    r"Loading checkpoint shards|load_checkpoint|load_state_dict|from_pretrained|"
+    r"resume_from_checkpoint|torch\.load|safe_open|Address already in use|EADDRINUSE|"
+    r"trying to connect to|"
+    r"no socket interface found|ncclSocketInit|NET/IB : No device found)"
+)
+
+
+def is_startup_line(text: str) -> bool:
+    # Tearing the rendezvous down ends a job; it says nothing of how far the job got.
+    return _STARTUP.search(text) is not None and "shutdown" not in text
+
+
+def is_training_progress(text: str) -> bool:
+    """A line that reports a training step was taken (a bar loading checkpoint shards, or a
+    step 0 before anything ran, is not one)."""
+    if is_startup_line(text):
+        return False
+    found = parse_progress(text)
+    return found is not None and (found.step is None or found.step > 0)
+
+
+def phase_of(lines: Sequence[str], failed_at: int | None) -> Phase:
+    """The phase of a failure whose first evidence is line ``failed_at`` (1-based; None: not
+    known, judged on every line)."""
+    end = len(lines) if failed_at is None else max(0, failed_at - 1)
+    if any(is_training_progress(line) for line in lines[:end]):
+        return Phase.TRAINING
+    if any(is_startup_line(line) for line in lines):
+        return Phase.STARTUP
+    return Phase.UNKNOWN
+
+
+# What saving or loading a checkpoint prints, or names in its frames. Activation (gradient)
+# checkpointing is another thing altogether: its lines do not count.
+_CHECKPOINT_IO = compile_re(
+    r"(?i)(torch\.save|torch\.load|save_checkpoint|load_checkpoint|save_pretrained|"
+    r"save_model|save_state|load_state|PytorchStreamWriter|PytorchStreamReader|"
+    r"dist_checkpointing|\bcheckpoints?\b|checkpoint_|checkpoint-|orbax|tensorstore|"
+    r"safetensors|pytorch_model|\.ckpt|\.pth?\b|\.h5\b|savez)"
+)
+
+
+# A checkpoint's save or load shows within the failure's own traceback or the lines around it;
+# one saved an hour earlier says nothing of what failed now.
+CHECKPOINT_BEFORE, CHECKPOINT_AFTER = 40, 10
+
+_ACTIVATION_CHECKPOINTING = compile_re(r"(?i)(?:activation|gradient|grad)[ _-]checkpointing")
+
+
+def checkpoint_line(lines: Sequence[str], failed_at: int | None) -> int | None:
+    """The first line (1-based) near the failure at line ``failed_at`` (None: anywhere) that
+    shows a checkpoint being saved or loaded, if any."""
+    first = 1 if failed_at is None else max(1, failed_at - CHECKPOINT_BEFORE)
+    last = len(lines) if failed_at is None else min(len(lines), failed_at + CHECKPOINT_AFTER)
+    for number in range(first, last + 1):
+        line = lines[number - 1]
+        if (
+            _ACTIVATION_CHECKPOINTING.search(line) is None
+            and _CHECKPOINT_IO.search(line) is not None
+        ):
+            return number
+    return None
+
+
+# A finite gradient norm, as the lines that report a NaN one print it.
+_FINITE_GRAD_NORM = compile_re(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*['\"]?[-+]?\d")
+
+
+def recovered_after(lines: Sequence[str], last_bad: int) -> int | None:
+    """The first line after line ``last_bad`` (1-based) that reports a finite gradient norm
+    again: the NaN was a step that fp16 loss scaling skipped, not a divergence."""
+    for number in range(last_bad + 1, len(lines) + 1):
+        if _FINITE_GRAD_NORM.search(lines[number - 1]) is not None:
+            return number
+    return None
