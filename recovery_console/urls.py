@@ -31,6 +31,11 @@ urlpatterns = [
         "clusters/<slug:name>/nodes/<str:node>/release", views.release, name="console-node-release"
     ),
     path("clusters/<slug:name>/settings/", views.cluster_settings, name="cluster-settings"),
+    path(
+        "clusters/<slug:name>/settings/rule-edit",
+        views.ask_rule_edit,
+        name="cluster-rule-edit",
+    ),
     path("clusters/<slug:name>/mode/", views.mode_page, name="mode"),
     path("clusters/<slug:name>/mode/_status", views.mode_status, name="mode-status"),
     path("clusters/<slug:name>/mode/request", views.request_action, name="mode-request"),

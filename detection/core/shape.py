@@ -37,7 +37,7 @@ _STARTUP = compile_re(
     r"Bootstrap : Using|initialize_model_parallel|deepspeed\.initialize|"
     r"Loading checkpoint shards|load_checkpoint|load_state_dict|from_pretrained|"
     r"resume_from_checkpoint|torch\.load|safe_open|Address already in use|EADDRINUSE|"
-    r"trying to connect to|"
+    r"trying to connect to|failed to connect to|waiting for master|"
     r"no socket interface found|ncclSocketInit|NET/IB : No device found)"
 )
 

@@ -37,7 +37,13 @@ _LAGGING = classify(
 
 
 def trend_findings(lines: Sequence[str]) -> list[MatchGroup]:
-    found = [loss_divergence(lines), lagging_member(lines), every_step_skipped(lines)]
+    found = [
+        loss_divergence(lines),
+        lagging_member(lines),
+        every_step_skipped(lines),
+        loss_collapsed(lines),
+        loss_missing(lines),
+    ]
     return [group for group in found if group is not None]
 
 
@@ -215,3 +221,54 @@ def _group(
         message=strip_prefixes(text),
         details=details,
     )
+
+
+LOSS_COLLAPSED = "loss_collapsed_to_zero"
+# Any loss field a trainer prints: "loss: 0.0", "train/CrossEntropyLoss=0.0", "'loss': 0.0".
+_LOSS_VALUE = compile_re(
+    r"(?i)\b\w{0,40}loss\w{0,16}['\"]?\s*[:=]\s*['\"]?(?P<value>[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?)"
+)
+# A loss this far above zero earlier says the run was learning before it collapsed.
+_LEARNING_LOSS = 0.01
+
+
+def loss_collapsed(lines: Sequence[str]) -> MatchGroup | None:
+    """A loss that reads exactly zero after it read well above zero: the model has collapsed
+    (or stopped computing a loss), whatever the framework calls it."""
+    seen_learning = False
+    for line_no, line in enumerate(lines, start=1):
+        found = _LOSS_VALUE.search(line)
+        if found is None:
+            continue
+        value = float(found["value"])
+        if value > _LEARNING_LOSS:
+            seen_learning = True
+        elif value == 0.0 and seen_learning:
+            what = "The loss fell to exactly zero after the run had been learning"
+            return _group(lines, LOSS_COLLAPSED, NAN, line_no, what, ())
+    return None
+
+
+LOSS_MISSING = "loss_missing"
+_MEGATRON_ITERATION = compile_re(
+    r"iteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|.*loss scale:\s*(?P<scale>[0-9.eE+-]+)"
+)
+# Megatron leaves the loss out of an iteration it skipped. In warm-up that is dynamic loss
+# scaling finding its scale (from 2**32 down); with the scale at its floor, or long after
+# warm-up, it is a run whose steps no longer produce a loss.
+_WARMUP_STEPS = 1000
+_SCALE_FLOOR = 16.0
+
+
+def loss_missing(lines: Sequence[str]) -> MatchGroup | None:
+    for line_no, line in enumerate(lines, start=1):
+        if "loss:" in line.replace("loss scale:", ""):
+            continue
+        found = _MEGATRON_ITERATION.search(line)
+        if found is None:
+            continue
+        step, scale = int(found["step"]), float(found["scale"])
+        if scale <= _SCALE_FLOOR or step >= _WARMUP_STEPS:
+            what = f"Iteration {step} printed no loss, with the loss scale at {scale:g}"
+            return _group(lines, LOSS_MISSING, NAN, line_no, what, ())
+    return None

@@ -40,6 +40,7 @@ class Case:
     context: DiagnosisContext
     source: str = ""
     part: str = DEVELOPMENT
+    round: int = 0  # when it was collected: later rounds' held-out threads met no rule tuning
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,10 @@ def case_from(entry: dict[str, Any]) -> Case:
     if part not in PARTS:
         raise ValueError(f"{entry['file']}: part {part!r} is not one of {', '.join(PARTS)}")
     source = str(entry.get("source", ""))
-    return Case(str(entry["file"]), dict(expected), DiagnosisContext(**context), source, part)
+    collected = int(entry.get("round", 0))
+    return Case(
+        str(entry["file"]), dict(expected), DiagnosisContext(**context), source, part, collected
+    )
 
 
 def threads_in_both_parts(cases: Iterable[Case]) -> set[str]:
@@ -116,9 +120,16 @@ def judge_cases(
 
 def score_by_part(judged: Sequence[Judged]) -> dict[str, Any]:
     """The scores of the held-out part first (what generalises), then the development part's,
-    then the whole corpus's."""
+    the held-out part's per collection round, and the whole corpus's."""
     result: dict[str, Any] = {
         part: score([j for j in judged if j.case.part == part]) for part in PARTS
+    }
+    # The latest round's held-out threads are the only ones no rule was written after seeing
+    # any of its part's misses: the least biased figure.
+    rounds = sorted({j.case.round for j in judged if j.case.part == HELD_OUT})
+    result["held_out_by_round"] = {
+        str(n): score([j for j in judged if j.case.part == HELD_OUT and j.case.round == n])
+        for n in rounds
     }
     result["all"] = score(judged)
     return result

@@ -52,18 +52,22 @@ def _gate(document: object) -> tuple[Any, ...] | None:
 
 
 def change_cluster_settings(
-    user: Any, cluster: Cluster, changes: dict[str, Any], note: str = ""
+    user: Any,
+    cluster: Cluster,
+    changes: dict[str, Any],
+    note: str = "",
+    also_why: tuple[str, ...] = (),
 ) -> Cluster | PolicyChangeRequest:
-    """Apply ``changes`` (operator), or, where ``approval_needed`` says so, ask for them: the
-    pending request is returned and nothing changes yet. Invalid settings raise
-    ``ValidationError`` either way, before any request exists."""
+    """Apply ``changes`` (operator), or, where ``approval_needed`` (or the caller's
+    ``also_why``) says so, ask for them: the pending request is returned and nothing changes
+    yet. Invalid settings raise ``ValidationError`` either way, before any request exists."""
     _require(user, OPERATOR, "changing cluster settings", cluster)
     if any(name in changes for name in CONNECTIONS):
         # Site-wide only: admin is never a membership.
         _require(user, ADMIN, "changing a cluster's scheduler or telemetry", None)
     with transaction.atomic():
         cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
-        why = approval_needed(cluster, changes)
+        why = [*approval_needed(cluster, changes), *also_why]
         if not why:
             return fleet.update_cluster_settings(actor_of(user), cluster, **changes)
         _validate(cluster, changes)

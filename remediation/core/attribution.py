@@ -39,6 +39,9 @@ class AttemptView:
     partition: str = ""
     step: int | None = None
     xid_hosts: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # What the loop saw of the attempt's progress: "training" (a step was reported),
+    # "startup" (none yet, and it has run no longer than a start-up takes), or "" (unknown).
+    phase: str = ""
 
 
 @dataclass(frozen=True)
@@ -90,10 +93,10 @@ def attribute(interruption: Interruption, attempt: AttemptView | None = None) ->
 
 
 def _phase(interruption: Interruption, view: AttemptView) -> str:
-    # A step the loop saw the attempt reach outranks what the excerpt's lines suggest.
+    # What the loop saw the attempt do outranks what the excerpt's lines suggest.
     if view.step:
         return Phase.TRAINING.value
-    return interruption.phase
+    return view.phase or interruption.phase
 
 
 def _configuration_at_startup(

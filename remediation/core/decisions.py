@@ -79,6 +79,23 @@ FIXES: Mapping[str, str] = {
         "NCCL cannot use the network it is told to: fix NCCL_SOCKET_IFNAME / NCCL_IB_HCA or the "
         "interfaces on every node"
     ),
+    "checkpoint_archive_broken": (
+        "the checkpoint file is truncated or corrupt: resume from the last whole checkpoint, "
+        "and check the storage it was written to"
+    ),
+    "fabric_manager_mismatch": (
+        "the fabric manager and the GPU driver differ in version in the node image: install "
+        "matching packages on every node built from it"
+    ),
+    "ib_setup_refused": (
+        "the InfiniBand/RoCE set-up was refused: check the GID index (NCCL_IB_GID_INDEX), "
+        "NCCL_IB_HCA, the HCA and driver versions on every node, and the container's access to "
+        "the devices (locked memory, /dev/infiniband)"
+    ),
+    "ib_access_error": (
+        "RDMA hit a protection or access error: check GPUDirect RDMA (nvidia-peermem), ACS and "
+        "the IOMMU on the nodes, and any NCCL net plugin or library that changed"
+    ),
     "nccl_collective_mismatch": (
         "the ranks disagree on a collective's size: make every node run the same code, "
         "configuration and NCCL version (and the same NCCL_* environment)"
@@ -110,7 +127,8 @@ def decide(policy: Policy, incident: Incident, history: History, comment: str = 
         incident.signature,
         incident.node_local,
         incident.category,
-        incident.phase,
+        # The scheduler's endings (a time limit, a preemption) mean the same in any phase.
+        "" if incident.attribution == "scheduler" else incident.phase,
     )
     if action is Action.STOP:
         return _stop(incident, rule)

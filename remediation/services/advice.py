@@ -11,7 +11,15 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, Q
 
-from detection.models import Anomaly, AnomalyState, AttemptMonitor, SourceCursor
+from detection.core.detectors.hang import HangSettings
+from detection.core.shape import Phase
+from detection.models import (
+    Anomaly,
+    AnomalyState,
+    AttemptMonitor,
+    DetectionSettings,
+    SourceCursor,
+)
 from fleet import audit
 from fleet.core.taxonomy import Action
 from fleet.models import Attempt, Cluster, ClusterMode, Node
@@ -74,7 +82,7 @@ def advise(anomaly: Anomaly, now: datetime) -> Advice:
     controller has claimed it yet."""
     cluster, attempt = anomaly.cluster, anomaly.attempt
     policy = parse_policy(cluster.policy)
-    view = _attempt_view(attempt)
+    view = _attempt_view(attempt, now)
     verdict = judge(
         anomaly.as_interruption(),
         policy,
@@ -98,20 +106,37 @@ def advise(anomaly: Anomaly, now: datetime) -> Advice:
     return advice
 
 
-def _attempt_view(attempt: Attempt) -> AttemptView:
+def _attempt_view(attempt: Attempt, now: datetime) -> AttemptView:
     unhealthy = Node.objects.filter(
         cluster_id=attempt.cluster_id, state__in=UNHEALTHY_NODE_STATES
     ).values_list("name", flat=True)
-    step = (
-        AttemptMonitor.objects.filter(attempt=attempt).values_list("last_step", flat=True).first()
-    )
+    watched = AttemptMonitor.objects.filter(attempt=attempt).values_list("last_step", flat=True)
+    step = watched.first()
     return AttemptView(
         nodes=tuple(attempt.nodes),
         unhealthy_nodes=tuple(unhealthy),
         partition=attempt.partition,
         step=step,
         xid_hosts=_xid_hosts(attempt),
+        phase=_phase_seen(attempt, step, watched.exists(), now),
     )
+
+
+def _phase_seen(attempt: Attempt, step: int | None, watched: bool, now: datetime) -> str:
+    """Start-up, as far as the loop can tell: watched, no step reported yet, and running for
+    no longer than a start-up may take. A job whose progress lines we cannot read would
+    otherwise look as if it never left start-up."""
+    if step:
+        return Phase.TRAINING.value
+    if not watched or attempt.started_at is None:
+        return ""
+    hang = (
+        DetectionSettings.objects.filter(cluster_id=attempt.cluster_id)
+        .values_list("hang", flat=True)
+        .first()
+    ) or {}
+    grace = float(hang.get("startup_grace_seconds", HangSettings.startup_grace_seconds))
+    return Phase.STARTUP.value if (now - attempt.started_at).total_seconds() <= grace else ""
 
 
 def _xid_hosts(attempt: Attempt) -> dict[str, tuple[str, ...]]:

@@ -83,11 +83,58 @@ FAMILIES = [
         C.INTERCONNECT_NETWORK,
         NODE,
     ),
+    # A verbs set-up call refused is how the fabric is set up for the job; a verbs call failing
+    # on a running queue pair is the node's HCA or link.
     (
         "dgx-3:1:2 [0] NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable",
+        "ib_setup_refused",
+        C.INTERCONNECT_NETWORK,
+        NOT_NODE,
+    ),
+    (
+        "dgx-3:1:2 [0] NCCL WARN Call to ibv_poll_cq failed with error 5",
         "ibverbs_call_failed",
         C.INTERCONNECT_NETWORK,
         NODE,
+    ),
+    (
+        "node7:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<4242> with status=4 "
+        "opcode=0 len=0 vendor err 81",
+        "ib_access_error",
+        C.INTERCONNECT_NETWORK,
+        NOT_NODE,
+    ),
+    (
+        "         Link 3: <inactive>",
+        "nvlink_inactive",
+        C.GPU_HARDWARE,
+        NODE,
+    ),
+    (
+        "[Sun Jan 11 09:52:01 2026] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset "
+        "required [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c",
+        "gpu_reset_required",
+        C.GPU_HARDWARE,
+        NODE,
+    ),
+    (
+        "srun: error: Task launch for 23.0 failed on node gpu-12: Job prolog failed",
+        "slurm_node_launch_failed",
+        C.NODE_OR_PROCESS_FAILURE,
+        NODE,
+    ),
+    (
+        "RuntimeError: unexpected EOF, expected 4859355 more bytes. The file might be corrupted.",
+        "checkpoint_archive_broken",
+        C.FILESYSTEM_IO,
+        NOT_NODE,
+    ),
+    (
+        "[E socket.cpp:435] [c10d] The server socket has failed to listen on any local network "
+        "address.",
+        "address_in_use",
+        C.INTERCONNECT_NETWORK,
+        NOT_NODE,
     ),
     # CUDA from the application
     (

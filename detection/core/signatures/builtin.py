@@ -71,9 +71,16 @@ LAYOUT = (
         layout=True,
     ),
     sig(
+        "layout_slurm_allocation",
+        r"Allocate JobId=\d{1,20} NodeList=(?P<hostlist>[A-Za-z0-9][\w.,\[\]-]{0,1000})",
+        _PLACES,
+        "slurmctld's allocation of the job: the nodes it runs on.",
+        layout=True,
+    ),
+    sig(
         "layout_shell_prompt",
-        r"^(?:\([\w.-]{1,64}\) )?[a-z_][\w.-]{0,31}@(?P<hostlist>[A-Za-z0-9][\w.-]{0,253})"
-        r"[: ][^\n]{0,300}?[$%#] ",
+        r"^(?:\([\w.-]{1,64}\) )?\[?[a-z_][\w.-]{0,31}@(?P<hostlist>[A-Za-z0-9][\w.-]{0,253})"
+        r"[: ][^\n]{0,300}?\]?[$%#] ",
         _PLACES,
         "A shell prompt (user@host): the commands after it, and their output, ran on that host.",
         layout=True,

@@ -35,6 +35,10 @@ HOST_OOM = classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.APPLICATION, R.INITIAT
 NAN = classify(K.CRASH, C.NUMERICAL_DIVERGENCE, A.APPLICATION, R.INITIATING, False, S.ERROR)
 # Transient or unattributed.
 NET_ERROR = classify(K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.INITIATING, False, S.ERROR)
+# The fabric works but is not set up for the job: a retry anywhere meets the same set-up.
+IB_CONFIG = classify(
+    K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR
+)
 FS = classify(K.CRASH, C.FILESYSTEM_IO, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR)
 SCHED = classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.SCHEDULER, R.INITIATING, False, S.ERROR)
 # The scheduler's daemon on one node failed the job there: that node is not fit to run it.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from detection.core.signatures.entries import (
     HW_NODE,
     HW_NODE_ERROR,
+    IB_CONFIG,
     NET_CASCADE,
     NET_ERROR,
     NET_NODE,
@@ -80,7 +81,7 @@ GPU = (
     sig(
         "gpu_reset_required",
         r"(?i)GPU (?:requires|needs) (?:a )?reset|\bGPU Reset Required\b|Node Reboot Required"
-        r"|RmInitAdapter failed|reset gpu to activate",
+        r"|RmInitAdapter failed|reset gpu to activate|NV_ERR_RESET_REQUIRED",
         HW_NODE_ERROR,
         "The driver says the GPU needs a reset or the node a reboot.",
     ),
@@ -97,6 +98,14 @@ GPU = (
         r"AER: Corrected error|PCIe Bus Error: severity=Corrected",
         hint(C.GPU_HARDWARE, A.HARDWARE),
         "A corrected PCIe error: logged and fixed by the hardware.",
+    ),
+    sig(
+        "fabric_manager_mismatch",
+        r"(?i)fabric ?manager[^\n]{0,120}(?:don't|do not|doesn't|does not) match"
+        r"|fabric ?manager[^\n]{0,60}version mismatch",
+        classify(K.CRASH, C.GPU_HARDWARE, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
+        "The fabric manager and the GPU driver are of different versions: the node image is "
+        "inconsistent, on every node built from it.",
     ),
     sig(
         "fabric_manager_error",
@@ -121,6 +130,21 @@ GPU = (
         r"|no CUDA-capable device is detected",
         classify(K.CRASH, C.GPU_HARDWARE, A.SYSTEM_SOFTWARE, R.INITIATING, True, S.ERROR),
         "A GPU of the node cannot be used.",
+    ),
+    sig(
+        "nvlink_inactive",
+        r"^\s*Link \d{1,2}: <inactive>|(?i:all (?:nv)?links are inactive)"
+        r"|(?i:nvlink[^\n]{0,60}(?:links? (?:is|are) (?:inactive|down)))",
+        HW_NODE_ERROR,
+        "NVLink links of a GPU are inactive: the GPU talks to its peers over PCIe, or not at all.",
+        refine=flood,
+    ),
+    sig(
+        "row_remap_pending",
+        r"^\s*Pending(?: Page Blacklist| Page Retirement)?\s*:\s*Yes\s*$",
+        HW_NODE_ERROR,
+        "A GPU memory row (or page) retirement is pending: the GPU needs a reset to use it, "
+        "and until then the faulty row is live.",
     ),
     sig(
         "gpu_handle_lost",
@@ -158,6 +182,34 @@ GPU = (
 
 NETWORK = (
     sig(
+        "c10d_warning",
+        r"^\[W[^\]\n]{0,60}\] \[c10d\]"
+        r"|has failed to send a keep-alive heartbeat to the rendezvous",
+        hint(C.INTERCONNECT_NETWORK),
+        "A warning of the c10d store or the rendezvous: it retries; what fails after it says why.",
+    ),
+    # Set-up calls refused and protection or access errors: how the fabric is configured for
+    # the job (GID index, GPUDirect RDMA, ACS, a plugin or library version), not a broken link.
+    sig(
+        "ib_setup_refused",
+        r"Call to ibv_(?:modify_qp|create_qp|reg_mr|reg_dmabuf_mr|open_device) failed"
+        r"(?: with (?:error )?(?P<ibverr>[^\n]{1,80}))?",
+        IB_CONFIG,
+        "An InfiniBand verbs set-up call (a queue pair, a memory registration) was refused: the "
+        "fabric is not configured for what NCCL asks of it.",
+        refine=flood,
+    ),
+    sig(
+        "ib_access_error",
+        r"NET/IB\w* ?: ?Got completion (?:from peer [^\s<,]{1,200}(?:<\d+>)? )?with "
+        r"(?:error |status=)(?:4|9|10|11)\b"
+        r"|(?i:local access violation|local protection error|remote access error)",
+        IB_CONFIG,
+        "An InfiniBand protection or access error: memory registration or RDMA is not set up "
+        "for the job (GPUDirect RDMA, ACS, IOMMU, a plugin).",
+        refine=flood,
+    ),
+    sig(
         "nccl_ib_completion_error",
         r"NET/IB\w* ?: ?Got completion from peer (?P<peer>[^\s<,]{1,200})(?:<\d+>)?"
         r" with (?:error (?P<ibstatus>\d+)|status=(?P<ibstatus2>\d+))",
@@ -189,7 +241,7 @@ NETWORK = (
     ),
     sig(
         "ibverbs_call_failed",
-        r"Call to ibv_(?:modify_qp|create_qp|reg_mr|reg_dmabuf_mr|open_device|poll_cq)"
+        r"Call to ibv_(?:poll_cq|post_send|post_recv|get_async_event)"
         r" failed(?: with error (?P<ibverr>[^\n]{1,80}))?",
         NET_NODE,
         "An InfiniBand verbs call failed on this node (its HCA or link).",
@@ -229,8 +281,17 @@ NETWORK = (
         "torchrun rendezvous failed.",
     ),
     sig(
+        "host_name_unresolvable",
+        r"can't resolve '[^'\n]{1,253}': Name does not resolve|Name or service not known"
+        r"|Temporary failure in name resolution|nodename nor servname provided",
+        classify(K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
+        "A host name (often the master's) does not resolve.",
+        refine=flood,
+    ),
+    sig(
         "address_in_use",
-        r"errno: 98 - Address already in use|EADDRINUSE|\[Errno 98\]|Address already in use",
+        r"errno: 98 - Address already in use|EADDRINUSE|\[Errno 98\]|Address already in use"
+        r"|server socket has failed to listen on any local network address",
         classify(K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
         "The port the job's store or master listens on is already taken on that host.",
     ),
@@ -245,6 +306,7 @@ NETWORK = (
     sig(
         "c10d_store_error",
         r"DistStoreError|DistNetworkError|client socket has timed out|connect\(\) timed out"
+        r"|client socket has failed to connect to any network address"
         r"|TCPStore[^\n]{0,120}(?:timed out|timeout|failed|refused)|Socket Timeout",
         NET_ERROR,
         "The c10d key-value store (TCPStore) could not be reached.",

@@ -3,7 +3,7 @@ call services; they never write rows themselves nor send events."""
 
 from .anomalies import anomaly_detail
 from .audit import audit_trail, chain_status
-from .cluster_settings import cluster_settings
+from .cluster_settings import ask_rule_edit, cluster_settings
 from .clusters import cluster_card, cluster_detail, cluster_reporters, cluster_workloads, overview
 from .mode import (
     approve,
@@ -34,6 +34,7 @@ __all__ = [
     "cluster_registration",
     "cluster_detail",
     "cluster_reporters",
+    "ask_rule_edit",
     "cluster_settings",
     "cluster_workloads",
     "label",

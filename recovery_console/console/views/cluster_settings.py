@@ -11,6 +11,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
 
 from detection.core.detectors.hang import HangSettings
 from detection.core.detectors.straggler import StragglerSettings
@@ -18,12 +19,13 @@ from detection.models import DetectionSettings
 from detection.services import detection_settings_of, update_detection_settings
 from fleet.core.outbound import redacted
 from fleet.models import Cluster
-from recovery_console.console import policy_approval
+from recovery_console.console import policy_approval, rule_proposals
 from recovery_console.console.forms import ClusterSettingsForm
 from recovery_console.console.models import PolicyChangeRequest
 from recovery_console.console.reviews import ApprovalRefused, actor_of
 from recovery_console.console.roles import OPERATOR, has_role
 from remediation.core.policy import Policy
+from remediation.core.proposals import MIN_ADVICE, MIN_SHARE, RuleProposal
 
 from .common import cluster_or_404, page, viewer_required
 
@@ -52,11 +54,46 @@ def cluster_settings(request: HttpRequest, name: str) -> HttpResponse:
         "cluster": cluster,
         "form": form,
         "editable": editable,
+        "proposals": [_shown(p) for p in rule_proposals.rule_proposals(cluster)],
+        "proposal_min_advice": MIN_ADVICE,
+        "proposal_min_share": f"{MIN_SHARE:.0%}",
         "defaults": _defaults(),
         "telemetry": json.dumps(redacted(cluster.telemetry), sort_keys=True),
         "section": "overview",
     }
     return page(request, "console/settings.html", context, status=400 if form.errors else 200)
+
+
+@viewer_required
+@require_POST
+def ask_rule_edit(request: HttpRequest, name: str) -> HttpResponse:
+    """Ask for a rule the reviewers' corrections propose (operator); it waits for approval."""
+    cluster = cluster_or_404(name)
+    try:
+        asked = rule_proposals.ask_for_rule_edit(request.user, cluster, request.POST.get("key", ""))
+    except ValidationError as exc:
+        messages.error(request, f"Not asked: {'; '.join(exc.messages)}")
+    except ApprovalRefused as exc:
+        messages.error(request, f"Not asked: {exc.reason}")
+    else:
+        messages.warning(
+            request,
+            f"Waiting for approval (#{asked.pk}): a second person with the approver role must "
+            "approve the rule edit on the mode page.",
+        )
+    return redirect("cluster-settings", name=cluster.name)
+
+
+def _shown(proposal: RuleProposal) -> dict[str, object]:
+    return {
+        **asdict(proposal),
+        "agreement_now_text": _percent(proposal.agreement_now),
+        "agreement_with_rule_text": _percent(proposal.agreement_with_rule),
+    }
+
+
+def _percent(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{rate:.0%}"
 
 
 def _save(

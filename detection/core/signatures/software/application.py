@@ -28,6 +28,21 @@ APPLICATION = (
         "A compiled extension does not match the installed libraries (rebuild it).",
     ),
     sig(
+        "arguments_refused",
+        r"^\S{1,200}\.py: error: (?:unrecognized arguments|the following arguments are required"
+        r"|argument \S{1,100}: (?:invalid|expected))",
+        APP_FATAL,
+        "The script refused its command line (arguments the launcher or the user passed).",
+        refine=flood,
+    ),
+    sig(
+        "torch_check_failed",
+        r"c10::detail::torchCheckFail|c10::detail::torchInternalAssertFail",
+        APP_ERROR,
+        "A check inside PyTorch failed on what the program passed it (a TORCH_CHECK).",
+        refine=flood,
+    ),
+    sig(
         "config_key_missing",
         r"Key '[^'\n]{1,200}' not in '[^'\n]{1,200}'|Missing mandatory value: \S{1,200}"
         r"|ConfigAttributeError|ConfigKeyError",

@@ -27,8 +27,18 @@ FILESYSTEMS = (
         "A shared filesystem lost track of a file (NFS/Lustre stale handle).",
     ),
     sig(
+        "checkpoint_archive_broken",
+        r"unexpected pos \d{1,20} vs \d{1,20}|FileStream\.Write incomplete"
+        r"|unexpected EOF, expected \d{1,20} more bytes|The file might be corrupted"
+        r"|storage has wrong size|PytorchStreamReader failed|failed finding central directory"
+        r"|invalid load key|HeaderTooLarge|SafetensorError|incomplete metadata",
+        FS,
+        "A checkpoint file is truncated or corrupt, or its write stopped short.",
+    ),
+    sig(
         "storage_write_failed",
-        r"Error writing (?:local )?file|Failed to acquire lock on file",
+        r"Error writing (?:local )?file|Error writing \S{1,300} in \w{1,20} database"
+        r"|Failed to acquire lock on file",
         FS,
         "A write to storage failed (tensorstore and orbax phrase it so).",
     ),

@@ -58,6 +58,10 @@ HOSTS_AND_SCHEDULERS = (
     sig(
         "slurm_node_launch_failed",
         r"Task launch for \S{1,40} failed on node (?P<host>[A-Za-z0-9][\w.-]{0,253})"
+        r"|Prolog failure on node (?P<host2>[A-Za-z0-9][\w.-]{0,253})"
+        r"|STEPD TERMINATED ON (?P<host3>[A-Za-z0-9][\w.-]{0,253}) AT \S{1,40} DUE TO JOB NOT"
+        r" ENDING WITH SIGNALS"
+        r"|_job_complete: JobId=\d{1,20} WTERMSIG (?:6|7|9|11)\b"
         r"|(?i:error running (?:the )?prolog|prolog failed|prolog_slurmctld failed)"
         r"|slurmstepd: error: execve\(\)"
         r"|slurmstepd: error: [^\n]{0,80}(?:spool|job_container|TMPDIR)[^\n]{0,80}",

@@ -25,6 +25,14 @@ NUMERICAL = (
         refine=refine_overflow,
     ),
     sig(
+        "loss_scale_falling",
+        r"(?i)overflow detected, setting loss scale to:? (?P<scale>[0-9.eE+-]{1,30})",
+        NAN,
+        "fairseq keeps halving the loss scale on overflow (halvings from thousands are dynamic "
+        "loss scaling at work; a scale this low is a run that overflows step after step).",
+        refine=refine_overflow,
+    ),
+    sig(
         "rerun_correct_result",
         r"unexpected result is reproducible on a different GPU, therefore it was likely correct"
         r"|Correct result \(but possible Application error\)",

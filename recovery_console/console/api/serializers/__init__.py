@@ -17,6 +17,8 @@ from .clusters import (
     PrecisionRowSerializer,
     PrecisionSerializer,
     ReporterHealthSerializer,
+    RuleEditSerializer,
+    RuleProposalSerializer,
 )
 from .common import (
     GpuHoursLostSerializer,
@@ -59,6 +61,8 @@ __all__ = [
     "ReasonSerializer",
     "ReporterHealthSerializer",
     "ReviewSerializer",
+    "RuleEditSerializer",
+    "RuleProposalSerializer",
     "TelemetryGapSerializer",
     "TokenSerializer",
     "TokenStatusSerializer",

@@ -129,3 +129,24 @@ class PrecisionRowSerializer(serializers.Serializer):  # type: ignore[type-arg]
 class PrecisionSerializer(serializers.Serializer):  # type: ignore[type-arg]
     window_days = serializers.IntegerField()
     rows = PrecisionRowSerializer(many=True)
+
+
+class RuleProposalSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """A rule-table edit that reviewers' corrections propose, with the labels behind it."""
+
+    key = serializers.CharField(help_text="the rule-table key: a signature, or a category")
+    action = serializers.CharField(help_text="the action most reviewers chose instead")
+    advised = serializers.ListField(child=serializers.CharField())
+    chose = serializers.IntegerField(help_text="labels that chose the action")
+    labels = serializers.IntegerField(help_text="labels on the advice of this key")
+    advice_ids = serializers.ListField(child=serializers.IntegerField())
+    agreement_now = serializers.FloatField(allow_null=True)
+    agreement_with_rule = serializers.FloatField(
+        allow_null=True, help_text="the agreement the window would have had with the rule"
+    )
+    summary = serializers.CharField()
+
+
+class RuleEditSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    key = serializers.CharField(max_length=64)
+    note = serializers.CharField(required=False, allow_blank=True, max_length=5000, default="")

@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from detection import costs
 from fleet.models import Cluster
 from recovery_console.console import approval, policy_approval, registration, reviews
+from recovery_console.console import rule_proposals as proposals
 from recovery_console.console.api import filtersets as f
 from recovery_console.console.api import serializers as s
 from recovery_console.console.models import PolicyChangeRequest
@@ -55,6 +56,7 @@ class ClusterViewSet(ReadOnlyViewSet):
         "check": OPERATOR,
         "request_action_mode": OPERATOR,
         "return_to_monitor": OPERATOR,
+        "ask_rule_edit": OPERATOR,
     }
 
     @extend_schema(
@@ -220,6 +222,36 @@ class ClusterViewSet(ReadOnlyViewSet):
             request.user, self.get_object(), payload.validated_data["reason"]
         )
         return Response(s.ClusterSerializer(cluster).data)
+
+    @extend_schema(responses=s.RuleProposalSerializer(many=True))
+    @action(detail=True, methods=["get"], url_path="rule-proposals")
+    def rule_proposals(self, request: Request, name: str) -> Response:
+        """Rule-table edits that reviewers' corrections in the approval window propose, each
+        with the labels behind it and the agreement the cluster would have had with it."""
+        found = proposals.rule_proposals(self.get_object())
+        data = [{**asdict(p), "summary": p.summary} for p in found]
+        return Response(s.RuleProposalSerializer(data, many=True).data)
+
+    @extend_schema(
+        request=s.RuleEditSerializer,
+        responses={202: s.PolicyChangeRequestSerializer, 400: OpenApiResponse(), **REFUSED},
+    )
+    @action(detail=True, methods=["post"], url_path="rule-proposals/ask")
+    def ask_rule_edit(self, request: Request, name: str) -> Response:
+        """Ask for a proposed rule (operator): a settings change that a second person with the
+        approver role approves on the mode page (or ``policy-requests/{id}/approve``)."""
+        payload = s.RuleEditSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        try:
+            asked = proposals.ask_for_rule_edit(
+                request.user, self.get_object(), **payload.validated_data
+            )
+        except ModelValidationError as exc:
+            return Response(exc.message_dict, status=status.HTTP_400_BAD_REQUEST)
+        except reviews.ApprovalRefused as exc:
+            return refusal(exc)
+        data = s.PolicyChangeRequestSerializer(asked).data
+        return Response(data, status=status.HTTP_202_ACCEPTED)
 
 
 @contextmanager
