@@ -222,3 +222,36 @@ class AuditExportTests(ConsoleBrowserTestCase):
         body = json.loads(self.find("body").text)
         self.assertEqual([e["verb"] for e in body["results"]], ["cluster.created"])
         self.assertEqual(body["results"][0]["cluster"], "research")
+
+
+class RuleProposalTests(ConsoleBrowserTestCase):
+    def test_reviewers_corrections_propose_a_rule_an_operator_asks_for_and_an_approver_applies(
+        self,
+    ) -> None:
+        cluster = research_cluster()
+        ray = self.person("ray", "reviewer")
+        sam = self.person("sam", "reviewer")
+        for advice in advice_on(cluster, 3):
+            for reviewer in (ray, sam):
+                reviews.label_advice(reviewer, advice, agrees=False, preferred_action="restart")
+        key = advice.anomaly.signature or advice.category
+
+        alice = self.person("alice", "operator")
+        self.log_in_as(alice)
+        self.open("/clusters/research/settings/")
+        proposal = self.find(f'#rule-proposals .proposal[data-key="{key}"]')
+        self.assertIn("6 of 6 reviewers chose restart", proposal.text)
+        self.assertIn("100% with this rule", proposal.text)
+        proposal.find_element("css selector", "button").click()
+        self.wait_until(lambda: "Waiting for approval" in self.text(), "the rule edit to be asked")
+
+        self.log_in_as(self.person("bob", "approver"))
+        self.open("/clusters/research/mode/")
+        pending = self.find("#pending-policy-request").text
+        self.assertIn("rule edit proposed from reviewers' corrections", pending)
+        self.find("#approve-policy").click()
+        self.wait_until(lambda: not self.finds("#pending-policy-request"), "the approval")
+        cluster.refresh_from_db()
+        self.assertEqual(cluster.policy["rules"][key], "restart")
+        self.open("/clusters/research/settings/")
+        self.assertFalse(self.finds(f'#rule-proposals .proposal[data-key="{key}"]'))
