@@ -29,6 +29,8 @@ class Recorded(StrEnum):
     NEW = "new"
     SHARPENED = "sharpened"
     UNCHANGED = "unchanged"
+    # Printed by the teardown of an attempt our own controller ended: not a failure.
+    OUR_TEARDOWN = "our_teardown"
 
 
 def family_of(interruption: Interruption) -> AnomalyFamily:
@@ -40,19 +42,28 @@ def family_of(interruption: Interruption) -> AnomalyFamily:
 
 def record_interruption(
     attempt: Attempt, interruption: Interruption, now: datetime
-) -> tuple[Anomaly, Recorded]:
+) -> tuple[Anomaly | None, Recorded]:
     """Create the attempt's anomaly of this family, or merge new evidence into it.
 
     The diagnosis kept is the stronger one: more confident, or naming hosts where the other
-    named none (a hang seen in the log, then the Xid that caused it in the metrics). Call it
-    inside the transaction that advances what was read."""
+    named none (a hang seen in the log, then the Xid that caused it in the metrics). Evidence
+    from after our own controller requeued or cancelled the attempt is its teardown (SIGTERM,
+    srun's "Terminated", a cancelled step): recorded nowhere (``Recorded.OUR_TEARDOWN``). Call
+    it inside the transaction that advances what was read."""
     family = family_of(interruption)
     found = _fields_of(interruption)
     evidence = [item.to_record() for item in interruption.evidence]
     first = interruption.first_evidence_at or now
     # Shards of a scan may record on one attempt at once (its logs in its own shard, the
     # scheduler's word in shard 0): the attempt's row lock makes them take turns.
-    list(Attempt.objects.select_for_update().filter(pk=attempt.pk).values_list("pk", flat=True))
+    ended_by_us = (
+        Attempt.objects.select_for_update()
+        .filter(pk=attempt.pk)
+        .values_list("ended_by_us_at", flat=True)
+        .first()
+    )
+    if ended_by_us is not None and first >= ended_by_us:
+        return None, Recorded.OUR_TEARDOWN
     # The fleet keeps the earliest failure evidence of each attempt (time to resume runs from it).
     services.note_failure(attempt, first)
     anomaly = Anomaly.objects.select_for_update().filter(attempt=attempt, family=family).first()

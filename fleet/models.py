@@ -184,6 +184,9 @@ class Attempt(models.Model):
     # The earliest evidence of this attempt's failure, noted by detection (``note_failure``):
     # an observation about the attempt, not a rewrite of what the scheduler reported.
     failed_at = models.DateTimeField(null=True, blank=True)
+    # When our controller requeued or cancelled the attempt while it still ran: what it prints
+    # after that is the teardown we caused, never a new failure (``note_ended_by_us``).
+    ended_by_us_at = models.DateTimeField(null=True, blank=True)
     # Seconds from the failure of the workload's previous attempt to this one running.
     time_to_resume_s = models.FloatField(null=True, blank=True)
 

@@ -22,6 +22,7 @@ __all__ = [
     "SnapshotResult",
     "create_cluster",
     "registration_changes",
+    "note_ended_by_us",
     "note_failure",
     "record_snapshot",
     "stop_workload",
@@ -81,6 +82,13 @@ def _settings_of(cluster: Cluster) -> dict[str, Any]:
         "telemetry": redacted(cluster.telemetry),
         "scheduler": redacted(cluster.scheduler),
     }
+
+
+def note_ended_by_us(attempt_id: int, at: datetime) -> None:
+    """Our controller requeued or cancelled the attempt at ``at`` (the earliest time wins)."""
+    Attempt.objects.filter(pk=attempt_id).filter(
+        Q(ended_by_us_at__isnull=True) | Q(ended_by_us_at__gt=at)
+    ).update(ended_by_us_at=at)
 
 
 def note_failure(attempt: Attempt, at: datetime) -> None:

@@ -56,7 +56,7 @@ class ScanSummary:
     skipped: bool = False
     out_of_time: bool = False
 
-    def count(self, recorded: tuple[Anomaly, Recorded]) -> None:
+    def count(self, recorded: tuple[Anomaly | None, Recorded]) -> None:
         _, outcome = recorded
         if outcome is Recorded.NEW:
             self.new_anomalies += 1

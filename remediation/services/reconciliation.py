@@ -235,6 +235,9 @@ def record_milestone(
         if created:
             payload = {"at": at.isoformat(), **detail} | ({"withdrawn": True} if refusal else {})
             _audit(advice, f"controller.{step}", payload, controller.actor)
+            if step in (Milestone.Step.REQUEUE_HOLD, Milestone.Step.CANCEL):
+                # What the attempt prints from now on is the teardown this step caused.
+                fleet.note_ended_by_us(advice.attempt_id, at)
             if step == Milestone.Step.DRAIN_NODE:
                 _mark_drained(advice, detail, at)
             elif step == Milestone.Step.UPDATE_EXCLUSIONS:

@@ -1,9 +1,15 @@
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from detection.models import SourceCursor
+from detection.anomalies import Recorded, record_interruption
+from detection.core.context import DiagnosisContext
+from detection.core.diagnosis import diagnose_lines
+from detection.core.interruption import Confidence, Evidence, Interruption
+from detection.models import Anomaly, SourceCursor
 from fleet import services as console
+from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 from fleet.models import AuditEntry, ClusterMode
 from remediation import services
 from remediation.models import Advice, AdviceState, Milestone, NodeHealth
@@ -329,3 +335,80 @@ def test_a_node_released_after_repair_is_no_longer_excluded_from_the_workload(cl
     anomaly_on(retry, hosts=("n4",), root_cause="nvrm_xid:n4", at=T0 + timedelta(hours=1))
     services.advise_cluster(cluster, T0 + timedelta(hours=1))
     assert Advice.objects.get(attempt=retry).exclude_nodes == ["n4"]
+
+
+def slowdown_on(attempt, host="n2"):
+    anomaly, _ = record_interruption(
+        attempt,
+        Interruption(
+            kind=Kind.STRAGGLER,
+            category=Category.STRAGGLER,
+            attribution=Attribution.HARDWARE,
+            confidence=Confidence(0.9, ConfidenceLabel.SUPPORTED),
+            hosts=(host,),
+            root_cause=f"lagging_member:{host}",
+            summary=f"{host} is a third slower than its peers",
+            evidence=(Evidence(text=f"{host} 38% slower", source="metrics"),),
+            first_evidence_at=T0,
+            signature="lagging_member",
+            node_local=True,
+        ),
+        T0,
+    )
+    return anomaly
+
+
+TEARDOWN = (
+    "slurmstepd: error: *** STEP 100.0 ON n1 CANCELLED AT 2026-11-29T12:00:10 ***",
+    "srun: error: n1: task 3: Terminated",
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 4242 got signal: 15",
+)
+
+
+def test_what_an_attempt_prints_after_our_requeue_is_its_teardown_not_a_new_failure(
+    cluster,
+) -> None:
+    action_mode(cluster)
+    attempt = running_attempt(cluster)
+    slowdown_on(attempt)
+    services.advise_cluster(cluster, T0)
+    advice = Advice.objects.get()
+    controller = services.issue_controller_token("user:alice", cluster, "ctl").token
+    requeued = T0 + timedelta(seconds=10)
+    services.record_milestone(controller, advice.pk, "k1", "requeue_hold", requeued, {})
+
+    # The lines the dying step prints, each one alone as a later scan may read it.
+    for line in TEARDOWN[1:]:
+        found = replace(
+            diagnose_lines([line], DiagnosisContext(nodes=("n1", "n2"))),
+            first_evidence_at=requeued + timedelta(seconds=2),
+        )
+        assert found.is_failure, line  # on its own, each looks like a failure
+        assert record_interruption(attempt, found, requeued + timedelta(seconds=3)) == (
+            None,
+            Recorded.OUR_TEARDOWN,
+        )
+    services.advise_cluster(cluster, requeued + timedelta(seconds=5))
+    assert Anomaly.objects.count() == 1
+    assert list(Advice.objects.values_list("action", "exclude_nodes")) == [
+        (advice.action, advice.exclude_nodes)
+    ]
+    assert not NodeHealth.objects.filter(name="n1").exists()
+
+
+def test_evidence_from_before_our_requeue_still_counts(cluster) -> None:
+    action_mode(cluster)
+    attempt = running_attempt(cluster)
+    slowdown_on(attempt)
+    services.advise_cluster(cluster, T0)
+    controller = services.issue_controller_token("user:alice", cluster, "ctl").token
+    requeued = T0 + timedelta(seconds=10)
+    services.record_milestone(
+        controller, Advice.objects.get().pk, "k1", "requeue_hold", requeued, {}
+    )
+    xid = replace(
+        diagnose_lines(["n2: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."]),
+        first_evidence_at=T0 + timedelta(seconds=4),
+    )
+    anomaly, recorded = record_interruption(attempt, xid, requeued + timedelta(seconds=1))
+    assert recorded is Recorded.NEW and anomaly is not None
