@@ -79,6 +79,18 @@ FIXES: Mapping[str, str] = {
         "NCCL cannot use the network it is told to: fix NCCL_SOCKET_IFNAME / NCCL_IB_HCA or the "
         "interfaces on every node"
     ),
+    "storage_write_failed": (
+        "writes to the storage fail the same way on every retry: check the mount, its "
+        "locking (HDF5_USE_FILE_LOCKING=FALSE where the filesystem has none) and its endpoint"
+    ),
+    "pod_evicted": (
+        "Kubernetes evicts the pod for using more memory or local storage than it asked for: "
+        "set the pod's requests and limits to what the job uses"
+    ),
+    "nccl_shm_setup_failed": (
+        "NCCL cannot create its shared-memory segments: give the container a larger /dev/shm "
+        "(--shm-size, --ipc=host) or set NCCL_SHM_DISABLE=1"
+    ),
     "checkpoint_archive_broken": (
         "the checkpoint file is truncated or corrupt: resume from the last whole checkpoint, "
         "and check the storage it was written to"

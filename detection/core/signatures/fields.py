@@ -163,7 +163,13 @@ def extract_fields(
     if job_id is None and (b"JOB" in data or b"STEP" in data or b"Id=" in data):
         job_id = _search_str(_JOB_IN_TEXT, data)
     # RE2 names a group once, so a pattern with several host alternatives numbers them.
-    host = groups.get("host") or groups.get("host2") or groups.get("host3") or peeled.host
+    host = (
+        groups.get("host")
+        or groups.get("host2")
+        or groups.get("host3")
+        or groups.get("host4")
+        or peeled.host
+    )
     if host is None and b" kernel: " in data:
         host = _search_str(_SYSLOG_IN_TEXT, data)
     return LineFields(

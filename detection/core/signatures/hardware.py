@@ -126,6 +126,7 @@ GPU = (
     sig(
         "gpu_unavailable",
         r"CUDA-capable device\(s\) is/are busy or unavailable"
+        r"|all CUDA-capable devices are busy or unavailable|cudaErrorDevicesUnavailable"
         r"|NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver"
         r"|no CUDA-capable device is detected",
         classify(K.CRASH, C.GPU_HARDWARE, A.SYSTEM_SOFTWARE, R.INITIATING, True, S.ERROR),
@@ -182,6 +183,13 @@ GPU = (
 
 NETWORK = (
     sig(
+        "c10d_wait_timed_out",
+        r"\[c10d\] waitForInput: socket [^\n]{0,300} timed out after \d{1,12} ?ms",
+        NET_ERROR,
+        "A c10d socket waited for its peer until the timeout: the other side never answered.",
+        refine=flood,
+    ),
+    sig(
         "c10d_warning",
         r"^\[W[^\]\n]{0,60}\] \[c10d\]"
         r"|has failed to send a keep-alive heartbeat to the rendezvous",
@@ -192,7 +200,7 @@ NETWORK = (
     # the job (GID index, GPUDirect RDMA, ACS, a plugin or library version), not a broken link.
     sig(
         "ib_setup_refused",
-        r"Call to ibv_(?:modify_qp|create_qp|reg_mr|reg_dmabuf_mr|open_device) failed"
+        r"Call to ibv_(?:modify_qp|create_qp|reg_mr\w{0,10}|reg_dmabuf_mr|open_device) failed"
         r"(?: with (?:error )?(?P<ibverr>[^\n]{1,80}))?",
         IB_CONFIG,
         "An InfiniBand verbs set-up call (a queue pair, a memory registration) was refused: the "
@@ -271,7 +279,9 @@ NETWORK = (
     sig(
         "nccl_system_error",
         r"unhandled system error|ncclSystemError",
-        NET_ERROR,
+        # NCCL's wrapper for whatever failed beneath it: a more specific line (an ibverbs call,
+        # a shared-memory segment, a socket) is the cause where the excerpt has one.
+        classify(K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.INITIATING, False, S.WARNING),
         "NCCL system call (socket, memory) failure.",
     ),
     sig(
@@ -286,6 +296,15 @@ NETWORK = (
         r"|Temporary failure in name resolution|nodename nor servname provided",
         classify(K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
         "A host name (often the master's) does not resolve.",
+        refine=flood,
+    ),
+    sig(
+        "nccl_shm_setup_failed",
+        r"Error while creating shared memory segment|posix_fallocate failed"
+        r"|shmutils\.cc[^\n]{0,80}(?:fail|error)",
+        classify(K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
+        "NCCL cannot create its shared-memory segments (/dev/shm too small, as in a container "
+        "with the default 64 MB).",
         refine=flood,
     ),
     sig(

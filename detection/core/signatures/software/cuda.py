@@ -24,7 +24,9 @@ CUDA = (
         "cuda_oom",
         r"(?i)CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
         r"|Cuda failure '?out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
-        r"|HIP out of memory|RESOURCE_EXHAUSTED: Out of memory",
+        r"|HIP out of memory|RESOURCE_EXHAUSTED: Out of memory"
+        r"|Out of memory error on GPU \d|memory::allocation::BadAlloc"
+        r"|RESOURCE_EXHAUSTED[^\n]{0,120}(?:HBM|memory)",
         OOM,
         "The GPU ran out of memory.",
     ),

@@ -59,6 +59,8 @@ HOSTS_AND_SCHEDULERS = (
         "slurm_node_launch_failed",
         r"Task launch for \S{1,40} failed on node (?P<host>[A-Za-z0-9][\w.-]{0,253})"
         r"|Prolog failure on node (?P<host2>[A-Za-z0-9][\w.-]{0,253})"
+        r"|Prolog hung on node (?P<host4>[A-Za-z0-9][\w.-]{0,253})"
+        r"|(?:spank-)?(?:prolog|epilog): error: "
         r"|STEPD TERMINATED ON (?P<host3>[A-Za-z0-9][\w.-]{0,253}) AT \S{1,40} DUE TO JOB NOT"
         r" ENDING WITH SIGNALS"
         r"|_job_complete: JobId=\d{1,20} WTERMSIG (?:6|7|9|11)\b"
@@ -68,6 +70,23 @@ HOSTS_AND_SCHEDULERS = (
         SCHED_NODE,
         "The node's Slurm daemon could not start the job's tasks (prolog, execve, spool): the "
         "node is not fit to run it.",
+        refine=flood,
+    ),
+    sig(
+        "pod_evicted",
+        r"(?i)The node was low on resource: (?:memory|ephemeral-storage)"
+        r"|Pod ephemeral local storage usage exceeds"
+        r"|Container [^\n]{0,80} was using [^\n]{0,40}, which exceeds its request",
+        HOST_OOM,
+        "Kubernetes evicted the pod: the node ran short of memory or local storage for what "
+        "the pod uses beyond its request.",
+        refine=flood,
+    ),
+    sig(
+        "horovod_stall",
+        r"waiting for remainder of ranks for more than \d{1,6} seconds",
+        classify(K.HANG, C.NCCL_TIMEOUT_HANG, A.NONE, R.INITIATING, False, S.ERROR),
+        "Horovod's stall check: some ranks wait in a collective the others never joined.",
         refine=flood,
     ),
     sig(
@@ -112,7 +131,8 @@ HOSTS_AND_SCHEDULERS = (
     ),
     sig(
         "slurm_cancelled_time_limit",
-        r"CANCELLED AT \S{1,40} DUE TO TIME LIMIT|\bTIMEOUT\b[^\n]{0,40}\btime limit\b",
+        r"CANCELLED AT \S{1,40} DUE TO TIME LIMIT|\bTIMEOUT\b[^\n]{0,40}\btime limit\b"
+        r"|TERM_RUNLIMIT: job killed after reaching LSF run time limit",
         SCHED,
         "Slurm ended the job at its time limit.",
         refine=flood,
@@ -165,7 +185,8 @@ HOSTS_AND_SCHEDULERS = (
     ),
     sig(
         "process_killed_bare",
-        r"^Killed\s*$",
+        # Alone on its line, or right after a progress bar that the shell's line ended.
+        r"^Killed\s*$|\|[^\n]{0,200}\]Killed\s*$",
         classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.APPLICATION, R.INITIATING, False, S.ERROR),
         "The shell reports the foreground process killed (SIGKILL: almost always the OOM killer).",
         refine=flood,
