@@ -34,6 +34,8 @@ _STARTUP = compile_re(
     r"(?i)(init_process_group|rendezvous|_store_based_barrier|TCPStore\(|"
     r"DistStoreError|c10d.{0,40}(?:store|socket)|MASTER_ADDR|MASTER_PORT|"
     r"ncclCommInitRank|NCCL INFO Bootstrap|bootstrap.{0,20}(?:connect|init)|"
+    r"NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d+|Init COMPLETE|"
+    r"initializing (?:ddp|distributed): GLOBAL_RANK|"
     r"Bootstrap : Using|initialize_model_parallel|deepspeed\.initialize|"
     r"Loading checkpoint shards|load_checkpoint|load_state_dict|from_pretrained|"
     r"resume_from_checkpoint|torch\.load|safe_open|Address already in use|EADDRINUSE|"

@@ -43,6 +43,8 @@ def trend_findings(lines: Sequence[str]) -> list[MatchGroup]:
         every_step_skipped(lines),
         loss_collapsed(lines),
         loss_missing(lines),
+        gradients_exploded(lines),
+        duplicate_rank_at_init(lines),
     ]
     return [group for group in found if group is not None]
 
@@ -271,4 +273,50 @@ def loss_missing(lines: Sequence[str]) -> MatchGroup | None:
         if scale <= _SCALE_FLOOR or step >= _WARMUP_STEPS:
             what = f"Iteration {step} printed no loss, with the loss scale at {scale:g}"
             return _group(lines, LOSS_MISSING, NAN, line_no, what, ())
+    return None
+
+
+GRADIENTS_EXPLODED = "gradients_exploded"
+_GRAD_NORM_VALUE = compile_re(
+    r"(?i)grad[ _]?norm['\"]?\s*[:=]\s*['\"]?(?P<value>\d+(?:\.\d+)?(?:e\+?\d+)?)"
+)
+# Clipping keeps a healthy run's gradient norm in the single or low double digits; a norm a
+# million times larger is a run whose weights are already blowing up.
+EXPLODED_GRAD_NORM = 1e6
+
+
+def gradients_exploded(lines: Sequence[str]) -> MatchGroup | None:
+    for line_no, line in enumerate(lines, start=1):
+        found = _GRAD_NORM_VALUE.search(line)
+        if found is not None and float(found["value"]) >= EXPLODED_GRAD_NORM:
+            what = f"The gradient norm reached {float(found['value']):.3g}"
+            return _group(lines, GRADIENTS_EXPLODED, NAN, line_no, what, ())
+    return None
+
+
+DUPLICATE_RANK = "duplicate_rank_at_init"
+_RANK_INIT = compile_re(
+    r"(?i)initializing (?:ddp|distributed): GLOBAL_RANK: (?P<rank>\d{1,6}), MEMBER: \d+/\d+"
+)
+_DUPLICATE = classify(
+    Kind.CRASH,
+    Category.INTERCONNECT_NETWORK,
+    Attribution.SYSTEM_SOFTWARE,
+    Role.INITIATING,
+    False,
+    Severity.ERROR,
+)
+
+
+def duplicate_rank_at_init(lines: Sequence[str]) -> MatchGroup | None:
+    """Two processes initialising as the same global rank: the job never forms its group."""
+    seen: set[str] = set()
+    for line_no, line in enumerate(lines, start=1):
+        found = _RANK_INIT.search(line)
+        if found is None:
+            continue
+        if found["rank"] in seen:
+            what = f"Global rank {found['rank']} was initialised twice"
+            return _group(lines, DUPLICATE_RANK, _DUPLICATE, line_no, what, ())
+        seen.add(found["rank"])
     return None

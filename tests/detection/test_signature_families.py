@@ -105,6 +105,54 @@ FAMILIES = [
         NOT_NODE,
     ),
     (
+        "W0101 ip-10-0-0-1:1:2 [2] misc/shmutils.cc:113 NCCL WARN Error while creating shared "
+        "memory segment /dev/shm/nccl-uc5H5q (size 9637888)",
+        "nccl_shm_setup_failed",
+        C.INTERCONNECT_NETWORK,
+        NOT_NODE,
+    ),
+    (
+        "The node was low on resource: memory. Container pytorch was using 61Gi, which exceeds "
+        "its request of 0.",
+        "pod_evicted",
+        C.NODE_OR_PROCESS_FAILURE,
+        NOT_NODE,
+    ),
+    (
+        "WARNING: One or more tensors were submitted to be reduced, gathered or broadcasted by "
+        "subset of ranks and are waiting for remainder of ranks for more than 60 seconds.",
+        "horovod_stall",
+        C.NCCL_TIMEOUT_HANG,
+        NOT_NODE,
+    ),
+    (
+        "WARNING worker.py:1462 -- The node with node id: 8f205b12 and ip: 10.128.0.103 has "
+        "been marked dead because the detector has missed too many heartbeats from it.",
+        "ray_node_dead",
+        C.NODE_OR_PROCESS_FAILURE,
+        NODE,
+    ),
+    (
+        "shape '[1]' is invalid for input of size 2",
+        "shape_invalid",
+        C.APPLICATION_ERROR,
+        NOT_NODE,
+    ),
+    (
+        "OSError: Unable to open file (unable to lock file, errno = 11, error message = "
+        "'Resource temporarily unavailable')",
+        "storage_write_failed",
+        C.FILESYSTEM_IO,
+        NOT_NODE,
+    ),
+    (
+        "1d:00.0 VGA compatible controller: NVIDIA Corporation TU102GL [Quadro RTX 6000/8000] "
+        "(rev ff)",
+        "gpu_fallen_off_bus",
+        C.GPU_HARDWARE,
+        NODE,
+    ),
+    (
         "         Link 3: <inactive>",
         "nvlink_inactive",
         C.GPU_HARDWARE,

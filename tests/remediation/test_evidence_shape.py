@@ -149,3 +149,36 @@ def test_a_rule_can_be_qualified_by_phase_and_a_bad_qualifier_is_refused() -> No
         parse_policy({"rules": {"startup:node_local": "stop"}})
     with pytest.raises(InvalidPolicy):
         parse_policy({"rules": {"later:cuda_oom": "stop"}})
+
+
+def test_a_loss_that_falls_to_exactly_zero_after_learning_is_a_collapse() -> None:
+    collapsed = decided("    train/CrossEntropyLoss=12.18", "    train/CrossEntropyLoss=0.0")
+    assert (collapsed["category"], collapsed["action"]) == ("numerical_divergence", "stop")
+    assert decided("{'loss': 0.0, 'learning_rate': 0.0, 'epoch': 0.0}")["action"] == "none"
+
+
+def test_megatron_iterations_without_a_loss_diverge_only_past_warm_up_or_at_the_floor() -> None:
+    line = (
+        " iteration {step:8d}/  500000 | consumed samples:  108 | elapsed time per iteration "
+        "(ms): 1979.2 | learning rate: 4.219E-07 | global batch size:    12 | loss scale: {scale} |"
+    )
+    assert decided(line.format(step=3, scale="4294967296.0"))["action"] == "none"
+    assert decided(line.format(step=9, scale="1.0"))["action"] == "stop"
+    assert decided(line.format(step=9027, scale="8192.0"))["action"] == "stop"
+
+
+def test_a_gradient_norm_in_the_millions_is_an_explosion() -> None:
+    assert decided("Epoch [1][50/1749] loss: 2.1, grad_norm: 3801898445783.2651")["action"] == (
+        "stop"
+    )
+    assert decided("Epoch [1][50/1749] loss: 2.1, grad_norm: 38.2651")["action"] == "none"
+
+
+def test_the_same_global_rank_initialised_twice_never_forms_a_group_and_stops() -> None:
+    got = decided(
+        "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8",
+        "initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8",
+        "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8",
+    )
+    assert (got["category"], got["action"]) == ("interconnect_network", "stop")
+    assert "NODE_RANK" in str(got["explanation"])

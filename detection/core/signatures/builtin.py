@@ -55,6 +55,14 @@ LAYOUT = (
         layout=True,
     ),
     sig(
+        "layout_mpich_abort",
+        r"MPICH ERROR \[Rank (?P<rank>\d{1,6})\] \[job id [^\]\n]{1,60}\] \[[^\]\n]{1,60}\] "
+        r"\[(?P<host>[A-Za-z0-9][\w.-]{0,253})\]",
+        _PLACES,
+        "MPICH's abort line: it names the rank's node.",
+        layout=True,
+    ),
+    sig(
         "layout_rank_node",
         r"\bRank=(?P<rank>\d{1,6}) Node=(?P<host>[A-Za-z0-9][\w.-]{0,253})"
         r"|\bRank (?P<rank2>\d{1,6}) -- GPU \d{1,4} managed by process \d{1,10} on node"

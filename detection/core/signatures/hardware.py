@@ -45,7 +45,9 @@ GPU = (
     ),
     sig(
         "gpu_fallen_off_bus",
-        r"(?i)fallen off the bus|GPU is lost\b|\bGPU lost\b",
+        r"(?i)fallen off the bus|GPU is lost\b|\bGPU lost\b"
+        # lspci reads all ones from a device that no longer answers on the bus.
+        r"|NVIDIA Corporation[^\n]{0,160}\(rev ff\)",
         HW_NODE,
         "The GPU disappeared from PCIe (Xid 79).",
         refine=flood,

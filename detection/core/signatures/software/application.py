@@ -36,6 +36,13 @@ APPLICATION = (
         refine=flood,
     ),
     sig(
+        "shape_invalid",
+        r"shape '\[[^\]\n]{0,200}\]' is invalid for input of size \d{1,20}",
+        APP_FATAL,
+        "A tensor cannot be reshaped as the code asks (its size does not fit).",
+        refine=flood,
+    ),
+    sig(
         "torch_check_failed",
         r"c10::detail::torchCheckFail|c10::detail::torchInternalAssertFail",
         APP_ERROR,

@@ -83,6 +83,14 @@ HOSTS_AND_SCHEDULERS = (
         refine=flood,
     ),
     sig(
+        "ray_node_dead",
+        r"The node with node id: \w{1,64} and (?:ip|address): (?P<host>[A-Za-z0-9][\w.:-]{0,253})"
+        r" (?:and node name: \S{1,253} )?has been marked dead",
+        NODE_FAILED,
+        "Ray lost a node of the job (its raylet stopped answering heartbeats).",
+        refine=flood,
+    ),
+    sig(
         "horovod_stall",
         r"waiting for remainder of ranks for more than \d{1,6} seconds",
         classify(K.HANG, C.NCCL_TIMEOUT_HANG, A.NONE, R.INITIATING, False, S.ERROR),

@@ -68,7 +68,8 @@ NUMERICAL = (
         "nan_detected",
         r"(?i)found NaN in|Unexpected result nan|NaN or Inf found in input tensor"
         r"|Model diverged with loss = NaN|number of nan iterations:\s*[1-9]"
-        r"|detected (?:a )?(?:NaN|Inf) (?:in|loss)",
+        r"|detected (?:a )?(?:NaN|Inf) (?:in|loss)"
+        r"|gradients at all steps are invalid",
         NAN,
         "A NaN check fired.",
         refine=flood,
