@@ -127,6 +127,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # JSON bodies over MAX_UPLOAD_BYTES or nested past MAX_JSON_DEPTH: refused before any view.
+    "recovery_console.jsonbodies.JsonBodyLimits",
     # Static files from STATIC_ROOT (after collectstatic) whatever DEBUG says: Daphne serves none.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -370,5 +372,10 @@ FILE_UPLOAD_HANDLERS = [
     "django.core.files.uploadhandler.MemoryFileUploadHandler",
     "django.core.files.uploadhandler.TemporaryFileUploadHandler",
 ]
+# JSON documents (API bodies, the policy and telemetry documents of the forms) nest no deeper
+# than this; Python's parser recurses per level, and no document of ours needs a tenth of it.
+MAX_JSON_DEPTH = env.int("MAX_JSON_DEPTH", default=64)
+if not 2 <= MAX_JSON_DEPTH <= 500:
+    raise ImproperlyConfigured("MAX_JSON_DEPTH must be between 2 and 500")
 # A pasted log is form data, not a file: the same limit, so a paste is refused by name too.
 DATA_UPLOAD_MAX_MEMORY_SIZE = MAX_UPLOAD_BYTES + 1024 * 1024

@@ -22,6 +22,7 @@ from fleet.core.outbound import redacted
 from fleet.core.taxonomy import ACTION_CHOICES
 from fleet.models import Cluster, WorkloadState
 from fleet.services import REGISTRATION_FIELDS
+from recovery_console.jsonbodies import JsonTooDeep, loads_bounded
 
 JSON_ATTRS = {"rows": 10, "spellcheck": "false", "class": "code"}
 
@@ -69,7 +70,9 @@ def _json(value: str, field: str, expected: type) -> Any:
         # An empty box means the defaults, stored as an empty document.
         return expected()
     try:
-        parsed = json.loads(text)
+        parsed = loads_bounded(text)
+    except JsonTooDeep as exc:
+        raise ValidationError(str(exc)) from exc
     except ValueError as exc:
         raise ValidationError(f"not valid JSON: {exc}") from exc
     if not isinstance(parsed, expected):

@@ -4,7 +4,6 @@ YAML), flags, or both (flags override the file's sections). Secrets are given as
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from fleet.core.registration import DocumentError, registration_from_text
 from fleet.models import Cluster
 from recovery_console.console import registration
 from recovery_console.console.reviews import ApprovalRefused
+from recovery_console.jsonbodies import JsonTooDeep, loads_bounded
 
 LOGS = ("files", "loki", "victorialogs")
 METRICS = ("prometheus", "none")
@@ -127,7 +127,9 @@ def _read_file(path: str) -> dict[str, Any]:
 
 def _json(text: str, flag: str) -> Any:
     try:
-        return json.loads(text)
+        return loads_bounded(text)
+    except JsonTooDeep as exc:
+        raise CommandError(f"{flag}: {exc}") from None
     except ValueError as exc:
         raise CommandError(f"{flag} is not valid JSON: {exc}") from None
 
