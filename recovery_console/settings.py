@@ -294,6 +294,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "recovery_console.console.api.pagination.Cursor",
+    # The API takes JSON only: one parser to bound (``jsonbodies``), one schema for clients.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "PAGE_SIZE": 100,
 }
 SPECTACULAR_SETTINGS = {
@@ -305,6 +308,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "recovery_console.console.api.schema.document_refusals",
+    ],
     # Several models have a ``state`` or ``status``; name each enum after what it belongs to.
     "ENUM_NAME_OVERRIDES": {
         "WorkloadStateEnum": "fleet.models.WorkloadState",

@@ -69,3 +69,7 @@ urlpatterns = [
     path("api/v1/", include("recovery_console.console.api.urls")),
     path("metrics", metrics_view, name="metrics"),
 ]
+
+handler400 = "recovery_console.console.views.errors.bad_request"
+handler404 = "recovery_console.console.views.errors.not_found"
+handler500 = "recovery_console.console.views.errors.server_error"

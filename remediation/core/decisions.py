@@ -147,8 +147,7 @@ def decide(policy: Policy, incident: Incident, history: History, comment: str = 
         incident.signature,
         incident.node_local,
         incident.category,
-        # The scheduler's endings (a time limit, a preemption) mean the same in any phase.
-        "" if incident.attribution == "scheduler" else incident.phase,
+        _phase_that_decides(incident, history),
     )
     if action is Action.STOP:
         return _stop(incident, rule)
@@ -162,6 +161,17 @@ def decide(policy: Policy, incident: Incident, history: History, comment: str = 
     if action is Action.RESTART_EXCLUDING_NODE:
         return _exclude(policy, incident, history, rule)
     return _restart(incident, history, rule)
+
+
+def _phase_that_decides(incident: Incident, history: History) -> str:
+    """The phase a rule may be qualified by. The scheduler's endings (a time limit, a
+    preemption) mean the same in any phase; and a start-up failure of a workload whose earlier
+    attempt trained shows that its set-up works, so it is no configuration error."""
+    if incident.attribution == "scheduler":
+        return ""
+    if incident.phase == "startup" and any(step for _, step in history.root_causes):
+        return ""
+    return incident.phase
 
 
 # Errors a faulty GPU raises, but so do driver hiccups and some application bugs: the first one

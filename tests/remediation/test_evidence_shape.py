@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from detection.core.diagnosis import diagnose_bytes
 from detection.core.shape import Phase, checkpoint_line, phase_of
 from remediation.core.incident import History
 from remediation.core.policy import InvalidPolicy, parse_policy
@@ -182,3 +183,19 @@ def test_the_same_global_rank_initialised_twice_never_forms_a_group_and_stops() 
     )
     assert (got["category"], got["action"]) == ("interconnect_network", "stop")
     assert "NODE_RANK" in str(got["explanation"])
+
+
+def test_a_start_up_failure_after_an_earlier_attempt_trained_is_no_configuration() -> None:
+    from remediation.core.attribution import AttemptView
+    from remediation.core.verdict import judge
+
+    interruption, _ = diagnose_bytes(
+        "\n".join(
+            ('  File "train.py", line 10, in <module>', "    dist.init_process_group()", STORE_LOST)
+        ).encode()
+    )
+    first = judge(interruption, attempt=AttemptView()).decision
+    assert first.action.value == "stop"
+    trained_before = History(root_causes=(("c10d_store_error", 4200),), restarts=1)
+    again = judge(interruption, attempt=AttemptView(), history=trained_before).decision
+    assert again.action.value == "restart"

@@ -56,8 +56,8 @@ LAYOUT = (
     ),
     sig(
         "layout_mpich_abort",
-        r"MPICH ERROR \[Rank (?P<rank>\d{1,6})\] \[job id [^\]\n]{1,60}\] \[[^\]\n]{1,60}\] "
-        r"\[(?P<host>[A-Za-z0-9][\w.-]{0,253})\]",
+        r"MPICH ERROR \[Rank (?P<rank>\d{1,6})\] \[job id [^\]\n]+\] \[[^\]\n]+\] "
+        r"\[(?P<host>[A-Za-z0-9][\w.-]*)\]",
         _PLACES,
         "MPICH's abort line: it names the rank's node.",
         layout=True,
@@ -80,7 +80,7 @@ LAYOUT = (
     ),
     sig(
         "layout_slurm_allocation",
-        r"Allocate JobId=\d{1,20} NodeList=(?P<hostlist>[A-Za-z0-9][\w.,\[\]-]{0,1000})",
+        r"Allocate JobId=\d{1,20} NodeList=(?P<hostlist>[A-Za-z0-9][\w.,\[\]-]*)",
         _PLACES,
         "slurmctld's allocation of the job: the nodes it runs on.",
         layout=True,

@@ -47,7 +47,7 @@ GPU = (
         "gpu_fallen_off_bus",
         r"(?i)fallen off the bus|GPU is lost\b|\bGPU lost\b"
         # lspci reads all ones from a device that no longer answers on the bus.
-        r"|NVIDIA Corporation[^\n]{0,160}\(rev ff\)",
+        r"|NVIDIA Corporation[^\n]*\(rev ff\)",
         HW_NODE,
         "The GPU disappeared from PCIe (Xid 79).",
         refine=flood,
@@ -103,8 +103,8 @@ GPU = (
     ),
     sig(
         "fabric_manager_mismatch",
-        r"(?i)fabric ?manager[^\n]{0,120}(?:don't|do not|doesn't|does not) match"
-        r"|fabric ?manager[^\n]{0,60}version mismatch",
+        r"(?i)fabric ?manager[^\n]*(?:don't|do not|doesn't|does not) match"
+        r"|fabric ?manager[^\n]*version mismatch",
         classify(K.CRASH, C.GPU_HARDWARE, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
         "The fabric manager and the GPU driver are of different versions: the node image is "
         "inconsistent, on every node built from it.",
@@ -137,7 +137,7 @@ GPU = (
     sig(
         "nvlink_inactive",
         r"^\s*Link \d{1,2}: <inactive>|(?i:all (?:nv)?links are inactive)"
-        r"|(?i:nvlink[^\n]{0,60}(?:links? (?:is|are) (?:inactive|down)))",
+        r"|(?i:nvlink[^\n]*(?:links? (?:is|are) (?:inactive|down)))",
         HW_NODE_ERROR,
         "NVLink links of a GPU are inactive: the GPU talks to its peers over PCIe, or not at all.",
         refine=flood,
@@ -186,14 +186,14 @@ GPU = (
 NETWORK = (
     sig(
         "c10d_wait_timed_out",
-        r"\[c10d\] waitForInput: socket [^\n]{0,300} timed out after \d{1,12} ?ms",
+        r"\[c10d\] waitForInput: socket [^\n]* timed out after \d{1,12} ?ms",
         NET_ERROR,
         "A c10d socket waited for its peer until the timeout: the other side never answered.",
         refine=flood,
     ),
     sig(
         "c10d_warning",
-        r"^\[W[^\]\n]{0,60}\] \[c10d\]"
+        r"^\[W[^\]\n]*\] \[c10d\]"
         r"|has failed to send a keep-alive heartbeat to the rendezvous",
         hint(C.INTERCONNECT_NETWORK),
         "A warning of the c10d store or the rendezvous: it retries; what fails after it says why.",
@@ -203,7 +203,7 @@ NETWORK = (
     sig(
         "ib_setup_refused",
         r"Call to ibv_(?:modify_qp|create_qp|reg_mr\w{0,10}|reg_dmabuf_mr|open_device) failed"
-        r"(?: with (?:error )?(?P<ibverr>[^\n]{1,80}))?",
+        r"(?: with (?:error )?(?P<ibverr>[^\n]+))?",
         IB_CONFIG,
         "An InfiniBand verbs set-up call (a queue pair, a memory registration) was refused: the "
         "fabric is not configured for what NCCL asks of it.",
@@ -211,7 +211,7 @@ NETWORK = (
     ),
     sig(
         "ib_access_error",
-        r"NET/IB\w* ?: ?Got completion (?:from peer [^\s<,]{1,200}(?:<\d+>)? )?with "
+        r"NET/IB\w* ?: ?Got completion (?:from peer [^\s<,]+(?:<\d+>)? )?with "
         r"(?:error |status=)(?:4|9|10|11)\b"
         r"|(?i:local access violation|local protection error|remote access error)",
         IB_CONFIG,
@@ -294,7 +294,7 @@ NETWORK = (
     ),
     sig(
         "host_name_unresolvable",
-        r"can't resolve '[^'\n]{1,253}': Name does not resolve|Name or service not known"
+        r"can't resolve '[^'\n]+': Name does not resolve|Name or service not known"
         r"|Temporary failure in name resolution|nodename nor servname provided",
         classify(K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
         "A host name (often the master's) does not resolve.",
@@ -303,7 +303,7 @@ NETWORK = (
     sig(
         "nccl_shm_setup_failed",
         r"Error while creating shared memory segment|posix_fallocate failed"
-        r"|shmutils\.cc[^\n]{0,80}(?:fail|error)",
+        r"|shmutils\.cc[^\n]*(?:fail|error)",
         classify(K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
         "NCCL cannot create its shared-memory segments (/dev/shm too small, as in a container "
         "with the default 64 MB).",

@@ -29,15 +29,15 @@ APPLICATION = (
     ),
     sig(
         "arguments_refused",
-        r"^\S{1,200}\.py: error: (?:unrecognized arguments|the following arguments are required"
-        r"|argument \S{1,100}: (?:invalid|expected))",
+        r"^\S+\.py: error: (?:unrecognized arguments|the following arguments are required"
+        r"|argument \S+: (?:invalid|expected))",
         APP_FATAL,
         "The script refused its command line (arguments the launcher or the user passed).",
         refine=flood,
     ),
     sig(
         "shape_invalid",
-        r"shape '\[[^\]\n]{0,200}\]' is invalid for input of size \d{1,20}",
+        r"shape '\[[^\]\n]*\]' is invalid for input of size \d{1,20}",
         APP_FATAL,
         "A tensor cannot be reshaped as the code asks (its size does not fit).",
         refine=flood,

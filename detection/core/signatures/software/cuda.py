@@ -26,7 +26,7 @@ CUDA = (
         r"|Cuda failure '?out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
         r"|HIP out of memory|RESOURCE_EXHAUSTED: Out of memory"
         r"|Out of memory error on GPU \d|memory::allocation::BadAlloc"
-        r"|RESOURCE_EXHAUSTED[^\n]{0,120}(?:HBM|memory)",
+        r"|RESOURCE_EXHAUSTED[^\n]*(?:HBM|memory)",
         OOM,
         "The GPU ran out of memory.",
     ),

@@ -37,7 +37,7 @@ FILESYSTEMS = (
     ),
     sig(
         "storage_write_failed",
-        r"Error writing (?:local )?file|Error writing \S{1,300} in \w{1,20} database"
+        r"Error writing (?:local )?file|Error writing \S+ in \w+ database"
         r"|Failed to acquire lock on file|unable to lock file"
         r"|OP_REQUIRES failed at save_restore_v2_ops|Unable to connect to endpoint",
         FS,

@@ -58,15 +58,15 @@ HOSTS_AND_SCHEDULERS = (
     sig(
         "slurm_node_launch_failed",
         r"Task launch for \S{1,40} failed on node (?P<host>[A-Za-z0-9][\w.-]{0,253})"
-        r"|Prolog failure on node (?P<host2>[A-Za-z0-9][\w.-]{0,253})"
-        r"|Prolog hung on node (?P<host4>[A-Za-z0-9][\w.-]{0,253})"
+        r"|Prolog failure on node (?P<host2>[A-Za-z0-9][\w.-]*)"
+        r"|Prolog hung on node (?P<host4>[A-Za-z0-9][\w.-]*)"
         r"|(?:spank-)?(?:prolog|epilog): error: "
-        r"|STEPD TERMINATED ON (?P<host3>[A-Za-z0-9][\w.-]{0,253}) AT \S{1,40} DUE TO JOB NOT"
+        r"|STEPD TERMINATED ON (?P<host3>[A-Za-z0-9][\w.-]*) AT \S+ DUE TO JOB NOT"
         r" ENDING WITH SIGNALS"
         r"|_job_complete: JobId=\d{1,20} WTERMSIG (?:6|7|9|11)\b"
         r"|(?i:error running (?:the )?prolog|prolog failed|prolog_slurmctld failed)"
         r"|slurmstepd: error: execve\(\)"
-        r"|slurmstepd: error: [^\n]{0,80}(?:spool|job_container|TMPDIR)[^\n]{0,80}",
+        r"|slurmstepd: error: [^\n]*(?:spool|job_container|TMPDIR)",
         SCHED_NODE,
         "The node's Slurm daemon could not start the job's tasks (prolog, execve, spool): the "
         "node is not fit to run it.",
@@ -76,7 +76,7 @@ HOSTS_AND_SCHEDULERS = (
         "pod_evicted",
         r"(?i)The node was low on resource: (?:memory|ephemeral-storage)"
         r"|Pod ephemeral local storage usage exceeds"
-        r"|Container [^\n]{0,80} was using [^\n]{0,40}, which exceeds its request",
+        r"|Container [^\n]* was using [^\n]*, which exceeds its request",
         HOST_OOM,
         "Kubernetes evicted the pod: the node ran short of memory or local storage for what "
         "the pod uses beyond its request.",
@@ -84,8 +84,8 @@ HOSTS_AND_SCHEDULERS = (
     ),
     sig(
         "ray_node_dead",
-        r"The node with node id: \w{1,64} and (?:ip|address): (?P<host>[A-Za-z0-9][\w.:-]{0,253})"
-        r" (?:and node name: \S{1,253} )?has been marked dead",
+        r"The node with node id: \w+ and (?:ip|address): (?P<host>[A-Za-z0-9][\w.:-]*)"
+        r" (?:and node name: \S+ )?has been marked dead",
         NODE_FAILED,
         "Ray lost a node of the job (its raylet stopped answering heartbeats).",
         refine=flood,
@@ -99,7 +99,7 @@ HOSTS_AND_SCHEDULERS = (
     ),
     sig(
         "slurm_step_refused",
-        r"Unable to create step for job \d{1,20}: [^\n]{1,120}",
+        r"Unable to create step for job \d{1,20}: \S",
         SCHED,
         "Slurm could not create the job step (resources busy or not available).",
     ),
@@ -194,7 +194,7 @@ HOSTS_AND_SCHEDULERS = (
     sig(
         "process_killed_bare",
         # Alone on its line, or right after a progress bar that the shell's line ended.
-        r"^Killed\s*$|\|[^\n]{0,200}\]Killed\s*$",
+        r"^Killed\s*$|\|[^\n]*\]Killed\s*$",
         classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.APPLICATION, R.INITIATING, False, S.ERROR),
         "The shell reports the foreground process killed (SIGKILL: almost always the OOM killer).",
         refine=flood,

@@ -51,7 +51,7 @@ NUMERICAL = (
     ),
     sig(
         "loss_nan",
-        r"(?i)loss\w{0,16}['\"]?\s*[:=]?\s*['\"]?[-+]?(?:nan|inf)(?:inity)?\b"
+        r"(?i)loss\w*['\"]?\s*[:=]?\s*['\"]?[-+]?(?:nan|inf)(?:inity)?\b"
         r"|loss is (?:NaN|Inf)\b",
         NAN,
         "The loss is NaN or Inf.",

@@ -108,7 +108,10 @@ class AttemptSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         source="monitor.checkpoint_at", read_only=True, allow_null=True, default=None
     )
     # Blank: nothing to resume from, or not known yet.
-    resume = serializers.CharField(source="monitor.resume", read_only=True, default="")
+    # Null for an attempt detection has not watched yet (it has no monitor).
+    resume = serializers.CharField(
+        source="monitor.resume", read_only=True, default="", allow_null=True
+    )
     resume_summary = serializers.CharField(
-        source="monitor.resume_summary", read_only=True, default=""
+        source="monitor.resume_summary", read_only=True, default="", allow_null=True
     )

@@ -46,6 +46,14 @@ class AuditEntryViewSet(ReadOnlyViewSet):
     pagination_class = AuditCursor
     renderer_classes = (JSONRenderer, BrowsableAPIRenderer, CSVRenderer)
 
+    def handle_exception(self, exc: Exception) -> Response:
+        # A refusal is JSON whatever the export asked for: a CSV of an error reads as data.
+        response = super().handle_exception(exc)
+        if getattr(self.request, "accepted_renderer", None) is not None:
+            self.request.accepted_renderer = JSONRenderer()
+            self.request.accepted_media_type = "application/json"
+        return response
+
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Any:
         if request.accepted_renderer.format != "csv":
             return super().list(request, *args, **kwargs)

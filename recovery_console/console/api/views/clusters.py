@@ -172,7 +172,8 @@ class ClusterViewSet(ReadOnlyViewSet):
         return Response(s.PrecisionSerializer({"window_days": window, "rows": rows}).data)
 
     @extend_schema(responses=s.ReporterHealthSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    # Plain lists, not pages: a cluster has a handful of reporters.
+    @action(detail=True, methods=["get"], pagination_class=None)
     def reporters(self, request: Request, name: str) -> Response:
         """The cluster's controllers and watchdogs: role, status (ok, failing, silent, unused),
         last heartbeat and its age, when the Slurm state each last reported was taken,
@@ -224,7 +225,7 @@ class ClusterViewSet(ReadOnlyViewSet):
         return Response(s.ClusterSerializer(cluster).data)
 
     @extend_schema(responses=s.RuleProposalSerializer(many=True))
-    @action(detail=True, methods=["get"], url_path="rule-proposals")
+    @action(detail=True, methods=["get"], url_path="rule-proposals", pagination_class=None)
     def rule_proposals(self, request: Request, name: str) -> Response:
         """Rule-table edits that reviewers' corrections in the approval window propose, each
         with the labels behind it and the agreement the cluster would have had with it."""
