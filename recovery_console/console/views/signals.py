@@ -36,13 +36,18 @@ class ShownLine:
 
 @viewer_required
 def test_signals(request: HttpRequest) -> HttpResponse:
+    posted = request.method == "POST"
+    # Bound on every POST: an upload refused for its size leaves POST and FILES empty, and the
+    # refusal must still be said.
     form = TestSignalsForm(
-        request.POST or None, request.FILES or None, refused=refused_uploads(request)
+        request.POST if posted else None,
+        request.FILES if posted else None,
+        refused=refused_uploads(request),
     )
     # Another cluster's policy and signatures are not this person's to read.
     narrow_cluster_choices(form, request)
     context: dict[str, Any] = {"form": form, "section": "signals"}
-    if request.method == "POST" and form.is_valid():
+    if posted and form.is_valid():
         context.update(_diagnose(form))
     # 400 on any error, including a cluster's invalid signatures found while diagnosing.
     return page(request, "console/signals.html", context, status=400 if form.errors else 200)
