@@ -117,10 +117,6 @@ FIXES: Mapping[str, str] = {
         "are reachable from every node and free, the rendezvous settings (nodes, run id), "
         "NCCL_SOCKET_IFNAME / NCCL_IB_HCA / NCCL_IB_GID_INDEX, and the firewall between nodes"
     ),
-    "startup:nccl_ib_completion_error": (
-        "InfiniBand/RoCE transfers fail from the first one: check the GID index "
-        "(NCCL_IB_GID_INDEX), the routes between the nodes' HCAs and NCCL_IB_HCA"
-    ),
     "duplicate_rank_at_init": (
         "two processes took the same global rank: give each node its own NODE_RANK (or "
         "SLURM_NODEID) and the same world size and master on every node"

@@ -73,8 +73,6 @@ DEFAULT_RULES: Mapping[str, Action] = {
     # big for the host's memory while it loads. The same after training ran is an outage.
     "startup:interconnect_network": Action.STOP,
     "startup:node_or_process_failure": Action.STOP,
-    # Retries exceeded on the first transfers: the routes or GID index, not a link that broke.
-    "startup:nccl_ib_completion_error": Action.STOP,
     "duplicate_rank_at_init": Action.STOP,
 }
 CATEGORIES = frozenset(c.value for c in Category)
