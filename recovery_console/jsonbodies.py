@@ -70,12 +70,10 @@ class JsonBodyLimits:
             declared = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             declared = 0
-        if declared > limit:
+        # The declared length first: a body that says it is too large is never read.
+        if declared > limit or len(request.body) > limit:
             return _refuse(413, f"the body is larger than {limit} bytes (MAX_UPLOAD_BYTES)")
-        body = request.body
-        if len(body) > limit:
-            return _refuse(413, f"the body is larger than {limit} bytes (MAX_UPLOAD_BYTES)")
-        if nesting_depth(body) > settings.MAX_JSON_DEPTH:
+        if nesting_depth(request.body) > settings.MAX_JSON_DEPTH:
             return _refuse(400, too_deep_message(settings.MAX_JSON_DEPTH))
         return None
 

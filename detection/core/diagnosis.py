@@ -49,7 +49,7 @@ from detection.core.explanations import (
     where_sentence,
 )
 from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
-from detection.core.shape import checkpoint_line, phase_of, recovered_after
+from detection.core.shape import read_shape
 from detection.core.signatures import (
     MatchGroup,
     ScanResult,
@@ -79,59 +79,7 @@ def diagnose_lines(
     if found:
         groups = sorted((*scan.groups, *found), key=lambda g: (g.first_line, g.signature))
         scan = dataclasses.replace(scan, groups=tuple(groups))
-    interruption = diagnose_scan(scan, context, silent=silent)
-    if not interruption.is_failure:
-        return interruption
-    failed_at = min((e.line for e in interruption.evidence if e.line is not None), default=None)
-    interruption = dataclasses.replace(interruption, phase=phase_of(lines, failed_at).value)
-    return _as_checkpoint_io(_unless_recovered(interruption, lines), lines, failed_at)
-
-
-def _unless_recovered(interruption: Interruption, lines: Sequence[str]) -> Interruption:
-    """A NaN gradient norm that later lines report finite again is a skipped step, not a
-    divergence: nothing to recover from."""
-    if interruption.signature != "grad_norm_nan":
-        return interruption
-    last_bad = max((e.line for e in interruption.evidence if e.line is not None), default=None)
-    back = recovered_after(lines, last_bad) if last_bad is not None else None
-    if back is None:
-        return interruption
-    return dataclasses.replace(
-        interruption,
-        kind=Kind.NONE,
-        category=Category.BENIGN,
-        attribution=Attribution.NONE,
-        explanation=(
-            f"The gradient norm was NaN or Inf up to line {last_bad} and finite again at line "
-            f"{back}: fp16 loss scaling skipped those steps, and training went on."
-        ),
-        summary="a NaN gradient norm that recovered",
-    )
-
-
-CHECKPOINT_IO_FAILED = "checkpoint_io_failed"
-
-
-def _as_checkpoint_io(
-    interruption: Interruption, lines: Sequence[str], failed_at: int | None
-) -> Interruption:
-    """A storage failure while a checkpoint is saved or loaded decides as its own family
-    (``checkpoint_io_failed``), unless it names a node-local device: a retry meets the same
-    storage. The evidence keeps each line's own signature."""
-    if interruption.category is not Category.FILESYSTEM_IO or interruption.node_local:
-        return interruption
-    at = checkpoint_line(lines, failed_at)
-    if at is None:
-        return interruption
-    note = f" The failing I/O is a checkpoint's save or load (line {at})."
-    return dataclasses.replace(
-        interruption,
-        signature=CHECKPOINT_IO_FAILED,
-        root_cause=interruption.root_cause.replace(interruption.signature, CHECKPOINT_IO_FAILED, 1)
-        if interruption.signature
-        else CHECKPOINT_IO_FAILED,
-        explanation=interruption.explanation.rstrip() + note,
-    )
+    return read_shape(diagnose_scan(scan, context, silent=silent), lines)
 
 
 def diagnose_bytes(

@@ -15,11 +15,16 @@ Pure Python on RE2.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from enum import StrEnum
 
+from detection.core.interruption import Interruption
 from detection.core.progress import parse_progress
 from detection.core.signatures.model import compile_re
+from fleet.core.taxonomy import Attribution, Category, Kind
+
+CHECKPOINT_IO_FAILED = "checkpoint_io_failed"
 
 
 class Phase(StrEnum):
@@ -49,24 +54,22 @@ def is_startup_line(text: str) -> bool:
     return _STARTUP.search(text) is not None and "shutdown" not in text
 
 
-def is_training_progress(text: str) -> bool:
-    """A line that reports a training step was taken (a bar loading checkpoint shards, or a
-    step 0 before anything ran, is not one)."""
-    if is_startup_line(text):
-        return False
-    found = parse_progress(text)
-    return found is not None and (found.step is None or found.step > 0)
-
-
 def phase_of(lines: Sequence[str], failed_at: int | None) -> Phase:
     """The phase of a failure whose first evidence is line ``failed_at`` (1-based; None: not
     known, judged on every line)."""
     end = len(lines) if failed_at is None else max(0, failed_at - 1)
-    if any(is_training_progress(line) for line in lines[:end]):
-        return Phase.TRAINING
-    if any(is_startup_line(line) for line in lines):
-        return Phase.STARTUP
-    return Phase.UNKNOWN
+    starting = False
+    for number, line in enumerate(lines, start=1):
+        if is_startup_line(line):
+            starting = True
+        elif number <= end and _trained(line):
+            return Phase.TRAINING
+    return Phase.STARTUP if starting else Phase.UNKNOWN
+
+
+def _trained(line: str) -> bool:
+    found = parse_progress(line)
+    return found is not None and (found.step is None or found.step > 0)
 
 
 # What saving or loading a checkpoint prints, or names in its frames. Activation (gradient)
@@ -112,3 +115,58 @@ def recovered_after(lines: Sequence[str], last_bad: int) -> int | None:
         if _FINITE_GRAD_NORM.search(lines[number - 1]) is not None:
             return number
     return None
+
+
+def read_shape(interruption: Interruption, lines: Sequence[str]) -> Interruption:
+    """A failure's interruption with what the shape of its lines adds: its phase, a NaN that
+    recovered, a storage failure that is a checkpoint's."""
+    if not interruption.is_failure:
+        return interruption
+    failed_at = min((e.line for e in interruption.evidence if e.line is not None), default=None)
+    interruption = dataclasses.replace(interruption, phase=phase_of(lines, failed_at).value)
+    return _as_checkpoint_io(_unless_recovered(interruption, lines), lines, failed_at)
+
+
+def _unless_recovered(interruption: Interruption, lines: Sequence[str]) -> Interruption:
+    """A NaN gradient norm that later lines report finite again is a skipped step, not a
+    divergence: nothing to recover from."""
+    if interruption.signature != "grad_norm_nan":
+        return interruption
+    last_bad = max((e.line for e in interruption.evidence if e.line is not None), default=None)
+    back = recovered_after(lines, last_bad) if last_bad is not None else None
+    if back is None:
+        return interruption
+    return dataclasses.replace(
+        interruption,
+        kind=Kind.NONE,
+        category=Category.BENIGN,
+        attribution=Attribution.NONE,
+        explanation=(
+            f"The gradient norm was NaN or Inf up to line {last_bad} and finite again at line "
+            f"{back}: fp16 loss scaling skipped those steps, and training went on."
+        ),
+        summary="a NaN gradient norm that recovered",
+    )
+
+
+def _as_checkpoint_io(
+    interruption: Interruption, lines: Sequence[str], failed_at: int | None
+) -> Interruption:
+    """A storage failure while a checkpoint is saved or loaded decides as its own family
+    (``checkpoint_io_failed``), unless it names a node-local device: a retry meets the same
+    storage. The evidence keeps each line's own signature."""
+    if interruption.category is not Category.FILESYSTEM_IO or interruption.node_local:
+        return interruption
+    at = checkpoint_line(lines, failed_at)
+    if at is None:
+        return interruption
+    note = f" The failing I/O is a checkpoint's save or load (line {at})."
+    cause = interruption.root_cause
+    return dataclasses.replace(
+        interruption,
+        signature=CHECKPOINT_IO_FAILED,
+        root_cause=cause.replace(interruption.signature, CHECKPOINT_IO_FAILED, 1)
+        if interruption.signature
+        else CHECKPOINT_IO_FAILED,
+        explanation=interruption.explanation.rstrip() + note,
+    )

@@ -110,25 +110,27 @@ def _attempt_view(attempt: Attempt, now: datetime) -> AttemptView:
     unhealthy = Node.objects.filter(
         cluster_id=attempt.cluster_id, state__in=UNHEALTHY_NODE_STATES
     ).values_list("name", flat=True)
-    watched = AttemptMonitor.objects.filter(attempt=attempt).values_list("last_step", flat=True)
-    step = watched.first()
+    # One row or none: a watched attempt has its monitor, with the last step it reported.
+    monitor = list(
+        AttemptMonitor.objects.filter(attempt=attempt).values_list("last_step", flat=True)[:1]
+    )
+    step = monitor[0] if monitor else None
     return AttemptView(
         nodes=tuple(attempt.nodes),
         unhealthy_nodes=tuple(unhealthy),
         partition=attempt.partition,
         step=step,
         xid_hosts=_xid_hosts(attempt),
-        phase=_phase_seen(attempt, step, watched.exists(), now),
+        phase=_startup_seen(attempt, step, bool(monitor), now),
     )
 
 
-def _phase_seen(attempt: Attempt, step: int | None, watched: bool, now: datetime) -> str:
-    """Start-up, as far as the loop can tell: watched, no step reported yet, and running for
-    no longer than a start-up may take. A job whose progress lines we cannot read would
-    otherwise look as if it never left start-up."""
-    if step:
-        return Phase.TRAINING.value
-    if not watched or attempt.started_at is None:
+def _startup_seen(attempt: Attempt, step: int | None, watched: bool, now: datetime) -> str:
+    """ "startup" as far as the loop can tell (else ""): watched, no step reported yet, and
+    running for no longer than a start-up may take. A job whose progress lines we cannot read
+    would otherwise look as if it never left start-up. (A step reported is training, which
+    attribution reads from the step itself.)"""
+    if step or not watched or attempt.started_at is None:
         return ""
     hang = (
         DetectionSettings.objects.filter(cluster_id=attempt.cluster_id)
