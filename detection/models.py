@@ -281,6 +281,26 @@ class TelemetryGap(models.Model):
         return self.ended_at is None
 
 
+class NodeGpuState(models.Model):
+    """What one node's GPUs last showed in the metrics (their job, PCI address, last Xid code and
+    double-bit ECC count), kept between scrapes to see what changed. One row per node, so the
+    state of a large cluster never grows into one value past the database's packet limit, and a
+    scrape rewrites only the nodes whose GPUs changed."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    host = models.CharField(max_length=255)
+    # GPU index -> {"job", "pci", "xid", "dbe"}, as ``gpu_faults.read_scrape`` reads them.
+    gpus = models.JSONField(default=dict)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["cluster", "host"], name="node_gpu_state_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}:{self.host} GPUs"
+
+
 class PendingLines(models.Model):
     """Lines of a job the scheduler has not reported yet (its output can be read before the
     next snapshot names it). Bounded, and adopted by the job's first attempt when it appears."""

@@ -23,6 +23,8 @@ MAX_BATCHES_PER_SCAN = 10
 FAILED_JOB_STATES = ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED")
 UNHEALTHY_NODE_STATES = ("DOWN", "DRAINED", "DRAINING")
 NODE_LOG_SOURCES = ("node-logs",)
+# The longest host name a node's rows keep (NodeGpuState.host).
+MAX_HOST_CHARS = 255
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,13 @@ the other shards take the samples alone."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 
-from detection.core.detectors.gpu_faults import detect_metric_faults, read_scrape
+from detection.core.detectors.gpu_faults import GpuState, detect_metric_faults, read_scrape
 from detection.core.gaps import SourceReading
 from detection.core.interruption import Interruption
 from detection.core.telemetry import MetricSample
@@ -16,8 +18,8 @@ from detection.sources.config import ClusterSources
 from fleet.models import Cluster
 
 from ..anomalies import record_interruption
-from ..models import SourceCursor
-from .common import ScanSummary
+from ..models import NodeGpuState, SourceCursor
+from .common import MAX_HOST_CHARS, ScanSummary
 from .reading import _mark_unhealthy
 from .routing import _attempts_by_host, _attempts_of_jobs, attempt_at
 
@@ -35,16 +37,59 @@ def _read_metrics(
         return [], SourceReading("metrics", reachable=False, error=str(exc))
     current = read_scrape(scrape.samples)
     with transaction.atomic():
-        for fault in detect_metric_faults(row.cursor.get("gpus", {}), current, now):
+        stored = _stored_gpu_states(cluster)
+        previous = {
+            f"{host}/{gpu}": entry for host, gpus in stored.items() for gpu, entry in gpus.items()
+        }
+        for fault in detect_metric_faults(previous, current, now):
             _record_metric_fault(cluster, fault, now, summary)
-        row.cursor, row.healthy, row.last_error, row.last_success_at = (
-            {"gpus": current},
-            True,
-            "",
-            now,
-        )
+        _store_gpu_states(cluster, stored, current)
+        # The GPUs' state lives in NodeGpuState; the cursor row says whether the source is healthy.
+        row.cursor, row.healthy, row.last_error, row.last_success_at = {}, True, "", now
         row.save()
     return list(scrape.samples), SourceReading("metrics", reachable=True)
+
+
+# Rows per bulk statement: far below MariaDB's default 16 MB packet even for nodes of many GPUs.
+STATE_CHUNK = 500
+
+
+def _stored_gpu_states(cluster: Cluster) -> dict[str, dict[str, dict[str, Any]]]:
+    return dict(NodeGpuState.objects.filter(cluster=cluster).values_list("host", "gpus"))
+
+
+def _store_gpu_states(
+    cluster: Cluster, stored: dict[str, dict[str, dict[str, Any]]], current: GpuState
+) -> None:
+    """Write the nodes whose GPUs changed since the last scrape (new, different or gone), in
+    chunks; a node whose GPUs look as they did is not written at all."""
+    by_host: dict[str, dict[str, dict[str, Any]]] = {}
+    for key, entry in current.items():
+        host, gpu = key.rsplit("/", 1)
+        # No real host name is this long (DNS stops at 253): a label that is cannot be a node.
+        if len(host) <= MAX_HOST_CHARS:
+            by_host.setdefault(host, {})[gpu] = entry
+    new = [h for h in by_host if h not in stored]
+    changed = [h for h in by_host if h in stored and stored[h] != by_host[h]]
+    gone = [h for h in stored if h not in by_host]
+    NodeGpuState.objects.bulk_create(
+        (NodeGpuState(cluster=cluster, host=h, gpus=by_host[h]) for h in new),
+        batch_size=STATE_CHUNK,
+    )
+    rows = NodeGpuState.objects.filter(cluster=cluster)
+    for chunk in _chunks(changed, STATE_CHUNK):
+        updates = [
+            NodeGpuState(pk=pk, gpus=by_host[h])
+            for pk, h in rows.filter(host__in=chunk).values_list("pk", "host")
+        ]
+        NodeGpuState.objects.bulk_update(updates, ["gpus"])
+    for chunk in _chunks(gone, STATE_CHUNK):
+        rows.filter(host__in=chunk).delete()
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def _scrape_metrics(

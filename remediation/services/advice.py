@@ -18,7 +18,7 @@ from detection.models import (
     AnomalyState,
     AttemptMonitor,
     DetectionSettings,
-    SourceCursor,
+    NodeGpuState,
 )
 from fleet import audit
 from fleet.core.taxonomy import Action
@@ -142,19 +142,16 @@ def _startup_seen(attempt: Attempt, step: int | None, watched: bool, now: dateti
 
 
 def _xid_hosts(attempt: Attempt) -> dict[str, tuple[str, ...]]:
-    """PCI address -> the attempt's hosts whose GPU there last reported an Xid (from the
-    metrics source's state), so an Xid line without a host still names its node."""
-    state = (
-        SourceCursor.objects.filter(cluster_id=attempt.cluster_id, source="metrics")
-        .values_list("cursor", flat=True)
-        .first()
-    ) or {}
+    """PCI address -> the attempt's hosts whose GPU there last reported an Xid (from what the
+    metrics showed of each node), so an Xid line without a host still names its node."""
+    states = NodeGpuState.objects.filter(cluster_id=attempt.cluster_id)
+    if attempt.nodes:
+        states = states.filter(host__in=attempt.nodes)
     found: dict[str, set[str]] = {}
-    nodes = set(attempt.nodes)
-    for key, gpu in (state.get("gpus") or {}).items():
-        host = str(key).rsplit("/", 1)[0]
-        if gpu.get("xid") and gpu.get("pci") and (not nodes or host in nodes):
-            found.setdefault(pci_key(str(gpu["pci"])), set()).add(host)
+    for host, gpus in states.values_list("host", "gpus"):
+        for gpu in (gpus or {}).values():
+            if gpu.get("xid") and gpu.get("pci"):
+                found.setdefault(pci_key(str(gpu["pci"])), set()).add(host)
     return {pci: tuple(sorted(hosts)) for pci, hosts in found.items()}
 
 
