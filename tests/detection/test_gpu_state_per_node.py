@@ -106,7 +106,10 @@ def test_a_node_whose_gpus_vanish_is_reported_and_its_row_goes(large_cluster) ->
     scan_with(cluster, sources, T0 + timedelta(seconds=15))
     assert list(NodeGpuState.objects.values_list("host", flat=True)) == ["gpu-00002"]
     anomaly = Anomaly.objects.get()
-    assert (anomaly.category, anomaly.implicated_hosts) == ("node_or_process_failure", ["gpu-00001"])
+    assert (anomaly.category, anomaly.implicated_hosts) == (
+        "node_or_process_failure",
+        ["gpu-00001"],
+    )
 
 
 def test_a_metric_label_too_long_for_a_host_name_is_not_kept(large_cluster) -> None:
