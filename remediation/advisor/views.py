@@ -3,13 +3,12 @@
 Every endpoint is scoped to the cluster in the URL and to the controller token's cluster, and a
 replayed request changes nothing twice."""
 
-from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
@@ -26,6 +25,7 @@ from fleet.core.scheduler import (
 )
 from remediation import reporters, services
 from remediation.advisor import serializers as s
+from remediation.advisor.snapshot_items import check_items
 from remediation.models import Advice, ControllerToken
 
 from .authentication import ControllerTokenAuthentication, IsController, IsControllerOfCluster
@@ -70,8 +70,9 @@ class SnapshotView(AdvisorView):
         payload = s.SnapshotEnvelopeSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         data = payload.validated_data
-        jobs, bad_jobs = _parse_each(data["jobs"], "job", s.JobSerializer, _job)
-        nodes, bad_nodes = _parse_each(data["nodes"], "node", s.NodeSerializer, _node)
+        own = controller_of(request).cluster.name
+        jobs, bad_jobs = check_items(own, "job", data["jobs"], s.JobSerializer, _job)
+        nodes, bad_nodes = check_items(own, "node", data["nodes"], s.NodeSerializer, _node)
         snapshot = ClusterSnapshot(
             taken_at=data["taken_at"],
             jobs=tuple(job for _, job in jobs),
@@ -87,39 +88,6 @@ class SnapshotView(AdvisorView):
         )
         reporters.snapshot_reported(controller_of(request), snapshot.taken_at)
         return Response(s.SnapshotResultSerializer(result).data)
-
-
-def _parse_each(
-    items: list[Any],
-    kind: Literal["job", "node"],
-    serializer: type[serializers.Serializer],  # type: ignore[type-arg]
-    build: Callable[[dict[str, Any]], Any],
-) -> tuple[list[tuple[int, Any]], list[console.Rejection]]:
-    """Each item checked on its own: a bad one becomes a rejection, not a refused request.
-    The records come with their index in the request."""
-    records: list[tuple[int, Any]] = []
-    rejected: list[console.Rejection] = []
-    id_field = "job_id" if kind == "job" else "name"
-    for index, item in enumerate(items):
-        if not isinstance(item, dict):
-            rejected.append(console.Rejection(kind, "", index, "", "is not a JSON object"))
-            continue
-        parsed = serializer(data=item)
-        if parsed.is_valid():
-            records.append((index, build(parsed.validated_data)))
-            continue
-        field, problem = _first_error(parsed.errors)
-        rejected.append(
-            console.Rejection(kind, str(item.get(id_field, ""))[:64], index, field, problem)
-        )
-    return records, rejected
-
-
-def _first_error(errors: Any) -> tuple[str, str]:
-    field, detail = next(iter(errors.items()))
-    while isinstance(detail, dict | list):  # a list field's errors are keyed by position
-        detail = next(iter(detail.values())) if isinstance(detail, dict) else detail[0]
-    return str(field), str(detail)
 
 
 def _job(job: dict[str, Any]) -> JobRecord:

@@ -98,3 +98,27 @@ def test_a_bad_envelope_is_still_a_400_naming_the_field(controller) -> None:
     )
     assert response.status_code == 400
     assert set(response.json()) == {"jobs"}
+
+
+def test_a_snapshot_posted_again_gets_the_same_verdicts_and_a_changed_job_is_checked_anew(
+    controller,
+) -> None:
+    """Items as they were in the previous snapshot reuse its verdicts: the same rejections at
+    their new positions, and a job that changed is checked again."""
+
+    def post(jobs: list[object]) -> dict:
+        snapshot = {"taken_at": "2026-12-01T12:00:00Z", "jobs": jobs, "nodes": []}
+        response = controller.post(URL, json.dumps(snapshot), content_type="application/json")
+        assert response.status_code == 200, response.content[:500]
+        return response.json()
+
+    def rejected(body: dict) -> list[tuple[str, int, str]]:
+        return [(r["id"], r["index"], r["field"]) for r in body["rejected"]]
+
+    first = post([job("1"), job("15", exit_code=2**31), job("2")])
+    again = post([job("15", exit_code=2**31), job("1"), job("2")])
+    fixed = post([job("1"), job("15", exit_code=3), job("2", state="EXPLODED")])
+    assert rejected(first) == [("15", 1, "exit_code")]
+    assert rejected(again) == [("15", 0, "exit_code")]
+    assert rejected(fixed) == [("2", 2, "state")]
+    assert Attempt.objects.get(job_id="15").exit_code == 3
