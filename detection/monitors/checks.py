@@ -4,7 +4,7 @@ its monitor keeps."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -13,7 +13,7 @@ from detection.core.detectors.divergence import diverged, divergence_interruptio
 from detection.core.detectors.hang import SILENCE, check_hang, overdue_allowance
 from detection.core.detectors.straggler import check_straggler, throttled_nodes
 from detection.core.interruption import Interruption
-from detection.core.telemetry import MetricSample
+from detection.core.scrape import GpuReadings
 from fleet.models import Attempt
 
 from ..models import AttemptMonitor
@@ -42,7 +42,7 @@ def check(
     now: datetime,
     config: DetectorConfig,
     utilisation: list[float] | None,
-    samples: Iterable[MetricSample],
+    gpus: GpuReadings,
     silence_counts_from: datetime | None = None,
     earlier_startup_seconds: float | None = None,
 ) -> Verdicts:
@@ -64,9 +64,9 @@ def check(
     hang = check_hang(attempt.job_id, tracker, now, config.hang, silence_counts_from)
     history = _history(monitor)
     if utilisation is not None:  # metrics read: what they say of throttling is current
-        history = history.note_throttled(now, throttled_nodes(samples, attempt.nodes))
+        history = history.note_throttled(now, throttled_nodes(gpus, attempt.nodes))
         _store_history(monitor, history)
-    slow = check_straggler(attempt.job_id, history, samples, attempt.nodes, config.straggler, now)
+    slow = check_straggler(attempt.job_id, history, gpus, attempt.nodes, config.straggler, now)
     overdue = overdue_allowance(tracker, now, config.hang, silence_counts_from)
     return Verdicts(hang, slow, _divergence(monitor, attempt, now), overdue)
 

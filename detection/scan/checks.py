@@ -3,8 +3,6 @@ for what the scheduler says of how they ended."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -12,7 +10,7 @@ from django.db import transaction
 from detection.core.config import DetectorConfig
 from detection.core.detectors.scheduler import scheduler_interruption
 from detection.core.gaps import SourceReading
-from detection.core.telemetry import Dcgm, MetricSample
+from detection.core.scrape import ScrapeByHost
 from fleet.models import Attempt, Cluster, Node
 
 from .. import gaps, monitors
@@ -33,7 +31,7 @@ def _check_running_attempts(
     cluster: Cluster,
     now: datetime,
     config: DetectorConfig,
-    samples: list[MetricSample],
+    scrape: ScrapeByHost,
     progress_sources: list[SourceReading],
     metrics: SourceReading | None,
     summary: ScanSummary,
@@ -54,12 +52,6 @@ def _check_running_attempts(
     )
     # Unread metrics say nothing of the GPUs: an idle spell seen before is not carried over.
     metrics_down = metrics is not None and not metrics.reachable
-    by_host = _utilisation_by_host(samples)
-    # Each attempt is shown its own nodes' samples only: the detectors compare its GPUs, and
-    # scanning the whole cluster's samples per attempt would cost attempts x GPUs.
-    samples_of: dict[str, list[MetricSample]] = defaultdict(list)
-    for sample in samples:
-        samples_of[sample.host].append(sample)
     counts_from = gaps.silence_counts_from(cluster, [r.name for r in progress_sources])
     verdicts: list[tuple[Attempt, AttemptMonitor, monitors.Verdicts]] = []
     attempts = list(running.select_related("monitor"))
@@ -67,12 +59,17 @@ def _check_running_attempts(
     for attempt in attempts:
         monitor = monitors.load(attempt)
         before = (monitor.progress, monitor.throughput)
-        utilisation = (
-            None if metrics_down else [u for host in attempt.nodes for u in by_host.get(host, [])]
-        )
-        own = [sample for host in attempt.nodes for sample in samples_of.get(host, ())]
+        # Each attempt is shown its own nodes' GPUs only (the scrape is grouped by host once).
+        utilisation = None if metrics_down else scrape.utilisation_of(attempt.nodes)
         found = monitors.check(
-            monitor, attempt, now, config, utilisation, own, counts_from, startups.get(attempt.pk)
+            monitor,
+            attempt,
+            now,
+            config,
+            utilisation,
+            scrape.gpus_of(attempt.nodes),
+            counts_from,
+            startups.get(attempt.pk),
         )
         if (monitor.progress, monitor.throughput) != before:
             monitor.save()  # most scans change nothing for most running attempts
@@ -106,14 +103,6 @@ def _check_running_attempts(
         with transaction.atomic():
             for finding in findings:
                 summary.count(record_interruption(attempt, finding, now))
-
-
-def _utilisation_by_host(samples: Iterable[MetricSample]) -> dict[str, list[float]]:
-    by_host: dict[str, list[float]] = defaultdict(list)
-    for sample in samples:
-        if sample.name == Dcgm.GPU_UTIL:
-            by_host[sample.host].append(sample.value)
-    return by_host
 
 
 def _check_ended_attempts(cluster: Cluster, now: datetime, summary: ScanSummary) -> None:

@@ -45,12 +45,12 @@ def scan_cluster(
             for name, source in sources.logs.items()
         ]
         if part.leads:
-            samples, metrics = _read_metrics(cluster, sources, now, summary)
+            scrape, metrics = _read_metrics(cluster, sources, now, summary)
         else:
-            samples, metrics = _scrape_metrics(sources, now)
+            scrape, metrics = _scrape_metrics(sources, now)
         # Node logs carry no job's progress: their silence says nothing of a hang.
         progress = [r for r in readings if r.name not in NODE_LOG_SOURCES]
-        _check_running_attempts(cluster, now, config, samples, progress, metrics, summary, part)
+        _check_running_attempts(cluster, now, config, scrape, progress, metrics, summary, part)
         if part.leads:
             _check_ended_attempts(cluster, now, summary)
             summary.resolved_anomalies = resolve_settled(cluster.pk, now)

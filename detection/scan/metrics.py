@@ -9,10 +9,10 @@ from typing import Any
 
 from django.db import transaction
 
-from detection.core.detectors.gpu_faults import GpuState, detect_metric_faults, read_scrape
+from detection.core.detectors.gpu_faults import detect_metric_faults
 from detection.core.gaps import SourceReading
 from detection.core.interruption import Interruption
-from detection.core.telemetry import MetricSample
+from detection.core.scrape import GpuState, ScrapeByHost, read_by_host
 from detection.sources.base import SourceUnavailable
 from detection.sources.config import ClusterSources
 from fleet.models import Cluster
@@ -26,16 +26,17 @@ from .routing import _attempts_by_host, _attempts_of_jobs, attempt_at
 
 def _read_metrics(
     cluster: Cluster, sources: ClusterSources, now: datetime, summary: ScanSummary
-) -> tuple[list[MetricSample], SourceReading | None]:
+) -> tuple[ScrapeByHost, SourceReading | None]:
     if sources.metrics is None:
-        return [], None
+        return ScrapeByHost(), None
     row, _ = SourceCursor.objects.get_or_create(cluster=cluster, source="metrics")
     try:
         scrape = sources.metrics.scrape(now)
     except SourceUnavailable as exc:
         _mark_unhealthy(row, exc, summary)
-        return [], SourceReading("metrics", reachable=False, error=str(exc))
-    current = read_scrape(scrape.samples)
+        return ScrapeByHost(), SourceReading("metrics", reachable=False, error=str(exc))
+    by_host = read_by_host(scrape.samples)
+    current = by_host.gpu_state()
     with transaction.atomic():
         stored = _stored_gpu_states(cluster)
         previous = {
@@ -47,7 +48,7 @@ def _read_metrics(
         # The GPUs' state lives in NodeGpuState; the cursor row says whether the source is healthy.
         row.cursor, row.healthy, row.last_error, row.last_success_at = {}, True, "", now
         row.save()
-    return list(scrape.samples), SourceReading("metrics", reachable=True)
+    return by_host, SourceReading("metrics", reachable=True)
 
 
 # Rows per bulk statement: far below MariaDB's default 16 MB packet even for nodes of many GPUs.
@@ -94,15 +95,16 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
 
 def _scrape_metrics(
     sources: ClusterSources, now: datetime
-) -> tuple[list[MetricSample], SourceReading | None]:
+) -> tuple[ScrapeByHost, SourceReading | None]:
     """The samples alone, for a shard's own attempts: shard 0 keeps the metrics cursor and
     records the faults it shows, and says when the source is down."""
     if sources.metrics is None:
-        return [], None
+        return ScrapeByHost(), None
     try:
-        return list(sources.metrics.scrape(now).samples), SourceReading("metrics", reachable=True)
+        scrape = sources.metrics.scrape(now)
     except SourceUnavailable as exc:
-        return [], SourceReading("metrics", reachable=False, error=str(exc))
+        return ScrapeByHost(), SourceReading("metrics", reachable=False, error=str(exc))
+    return read_by_host(scrape.samples), SourceReading("metrics", reachable=True)
 
 
 def _record_metric_fault(

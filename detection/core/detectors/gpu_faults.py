@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
+from detection.core.scrape import GpuState, read_by_host
 from detection.core.signatures import grade_xid
 from detection.core.telemetry import Dcgm, MetricSample
 from fleet.core.taxonomy import (
@@ -27,22 +28,10 @@ from fleet.core.taxonomy import (
 XID = Dcgm.XID_ERRORS
 ECC_DBE = Dcgm.ECC_DBE_VOL_TOTAL
 
-GpuState = dict[str, dict[str, Any]]
-
 
 def read_scrape(samples: Iterable[MetricSample]) -> GpuState:
     """The part of a scrape the metric detector tracks, keyed ``host/gpu``."""
-    state: GpuState = defaultdict(dict)
-    for sample in samples:
-        entry = state[f"{sample.host}/{sample.gpu}"]
-        entry.setdefault("job", sample.job_id)
-        if sample.pci:
-            entry.setdefault("pci", sample.pci)
-        if sample.name == XID:
-            entry["xid"] = int(sample.value)
-        elif sample.name == ECC_DBE:
-            entry["dbe"] = sample.value
-    return dict(state)
+    return read_by_host(samples).gpu_state()
 
 
 def detect_metric_faults(previous: GpuState, current: GpuState, at: datetime) -> list[Interruption]:

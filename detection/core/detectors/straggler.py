@@ -9,13 +9,13 @@ so a slowdown shared by every node names none.
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
-from detection.core.telemetry import Dcgm, MetricSample
+from detection.core.scrape import GpuKey, GpuReadings
+from detection.core.telemetry import Dcgm
 from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
 
 # Metrics that fall on a slow GPU (clocks, power, SM activity); a throttled GPU shows low values.
@@ -85,11 +85,11 @@ def throughput_drop(
 
 
 def outlier_nodes(
-    samples: Iterable[MetricSample], nodes: Iterable[str], settings: StragglerSettings
+    gpus: GpuReadings, nodes: Iterable[str], settings: StragglerSettings
 ) -> dict[str, str]:
     """Nodes of the job holding a GPU that is slow compared with the job's other GPUs, with
     why. GPUs, not nodes, are compared, so a two-node job still has a crowd to compare with."""
-    per_gpu = _per_gpu(samples, set(nodes))
+    per_gpu = _on(gpus, nodes)
     reasons: dict[str, str] = {}
     for metric in OUTLIER_METRICS:
         values = {key: readings[metric] for key, readings in per_gpu.items() if metric in readings}
@@ -121,15 +121,9 @@ def _throttled(per_gpu: dict[GpuKey, dict[str, float]]) -> dict[GpuKey, str]:
     return found
 
 
-GpuKey = tuple[str, int]
-
-
-def _per_gpu(samples: Iterable[MetricSample], nodes: set[str]) -> dict[GpuKey, dict[str, float]]:
-    readings: dict[GpuKey, dict[str, float]] = defaultdict(dict)
-    for sample in samples:
-        if sample.host in nodes:
-            readings[(sample.host, sample.gpu)][sample.name] = sample.value
-    return dict(readings)
+def _on(gpus: GpuReadings, nodes: Iterable[str]) -> GpuReadings:
+    wanted = set(nodes)
+    return {key: gauges for key, gauges in gpus.items() if key[0] in wanted}
 
 
 def _low_outliers(values: dict[GpuKey, float], threshold: float) -> dict[GpuKey, float]:
@@ -142,10 +136,10 @@ def _low_outliers(values: dict[GpuKey, float], threshold: float) -> dict[GpuKey,
     return {k: (median - v) / scale for k, v in values.items() if (median - v) / scale > threshold}
 
 
-def throttled_nodes(samples: Iterable[MetricSample], nodes: Iterable[str]) -> dict[str, str]:
+def throttled_nodes(gpus: GpuReadings, nodes: Iterable[str]) -> dict[str, str]:
     """The job's nodes with a GPU reporting thermal or power slowdown well below the job's
     fastest GPU, with why."""
-    return {host: why for (host, _gpu), why in _throttled(_per_gpu(samples, set(nodes))).items()}
+    return {host: why for (host, _gpu), why in _throttled(_on(gpus, nodes)).items()}
 
 
 def _throttled_for_long(
@@ -190,7 +184,7 @@ def _throttled_for_long(
 def check_straggler(
     job_id: str,
     history: ThroughputHistory,
-    samples: Iterable[MetricSample],
+    gpus: GpuReadings,
     nodes: Iterable[str],
     settings: StragglerSettings,
     now: datetime | None = None,
@@ -201,7 +195,7 @@ def check_straggler(
     if drop is None:
         return _throttled_for_long(job_id, history, settings, now)
     baseline, recent = drop
-    culprits = outlier_nodes(samples, nodes, settings)
+    culprits = outlier_nodes(gpus, nodes, settings)
     started = history.times[-settings.window_samples]
     evidence = [
         Evidence(

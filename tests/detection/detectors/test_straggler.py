@@ -8,6 +8,7 @@ from detection.core.detectors.straggler import (
     outlier_nodes,
     throttled_nodes,
 )
+from detection.core.scrape import GpuReadings, read_by_host
 from detection.core.telemetry import MetricSample
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -22,7 +23,12 @@ def history(values: list[float]) -> ThroughputHistory:
     return h
 
 
-def gpu_metrics(slow: str | None = None) -> list[MetricSample]:
+def readings(samples: list[MetricSample]) -> GpuReadings:
+    """A scrape's samples as the scan hands them to a job's detectors: by GPU."""
+    return read_by_host(samples).gpus_of({sample.host for sample in samples})
+
+
+def gpu_metrics(slow: str | None = None) -> GpuReadings:
     samples = []
     for i, host in enumerate(NODES):
         for gpu in range(8):
@@ -36,7 +42,7 @@ def gpu_metrics(slow: str | None = None) -> list[MetricSample]:
                 MetricSample(T0, host, gpu, "DCGM_FI_DEV_POWER_USAGE", power),
                 MetricSample(T0, host, gpu, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", throttle),
             ]
-    return samples
+    return readings(samples)
 
 
 def test_a_sustained_drop_with_one_throttled_node_names_that_node() -> None:
@@ -62,7 +68,7 @@ def test_a_single_slow_report_is_not_sustained() -> None:
 
 
 def test_too_little_history_says_nothing() -> None:
-    assert check_straggler("7", history([100.0, 50.0, 50.0]), [], NODES, SETTINGS) is None
+    assert check_straggler("7", history([100.0, 50.0, 50.0]), {}, NODES, SETTINGS) is None
 
 
 def test_healthy_nodes_with_small_differences_are_not_outliers() -> None:
@@ -81,7 +87,7 @@ def test_a_whole_throttled_node_of_a_two_node_job_is_named_by_its_throttle_reaso
                     T0, host, gpu, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 96.0 if slow else 0.0
                 ),
             ]
-    assert list(outlier_nodes(samples, two, SETTINGS)) == [two[0]]
+    assert list(outlier_nodes(readings(samples), two, SETTINGS)) == [two[0]]
 
 
 def test_throttle_bits_at_full_clock_do_not_name_a_node() -> None:
@@ -93,21 +99,21 @@ def test_throttle_bits_at_full_clock_do_not_name_a_node() -> None:
             ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", 32.0),
         )
     ]
-    assert outlier_nodes(samples, NODES[:2], SETTINGS) == {}
+    assert outlier_nodes(readings(samples), NODES[:2], SETTINGS) == {}
 
 
 def watched(throttled_for: list[bool], slow: str = "gpu-node-004") -> ThroughputHistory:
     """A job slow from its start (no drop to see), scraped every 30 s."""
     h = history([120.0] * 25)
     for n, throttled in enumerate(throttled_for):
-        samples = gpu_metrics(slow=slow if throttled else None)
-        h = h.note_throttled(T0 + timedelta(seconds=30 * n), throttled_nodes(samples, NODES))
+        gpus = gpu_metrics(slow=slow if throttled else None)
+        h = h.note_throttled(T0 + timedelta(seconds=30 * n), throttled_nodes(gpus, NODES))
     return h
 
 
 def test_a_node_throttled_from_the_start_is_a_straggler_once_it_stays_throttled() -> None:
     h = watched([True] * 5)  # 120 s of throttling by the fifth scrape
-    finding = check_straggler("7", h, [], NODES, SETTINGS, now=T0 + timedelta(seconds=120))
+    finding = check_straggler("7", h, {}, NODES, SETTINGS, now=T0 + timedelta(seconds=120))
     assert finding is not None
     assert (finding.hosts, finding.node_local, finding.signature) == (
         ("gpu-node-004",),
@@ -120,9 +126,9 @@ def test_a_node_throttled_from_the_start_is_a_straggler_once_it_stays_throttled(
 
 def test_throttling_that_does_not_last_is_no_straggler() -> None:
     h = watched([True, True, False, True, True])  # it stopped: the clock starts again
-    assert check_straggler("7", h, [], NODES, SETTINGS, now=T0 + timedelta(seconds=120)) is None
+    assert check_straggler("7", h, {}, NODES, SETTINGS, now=T0 + timedelta(seconds=120)) is None
     assert (
-        check_straggler("7", watched([True] * 3), [], NODES, SETTINGS, T0 + timedelta(seconds=60))
+        check_straggler("7", watched([True] * 3), {}, NODES, SETTINGS, T0 + timedelta(seconds=60))
         is None
     )
 

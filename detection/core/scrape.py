@@ -1,0 +1,80 @@
+"""A metrics scrape read once, by host: each GPU's latest value of each metric and its labels.
+
+A scrape of a large cluster holds millions of samples (200,000 GPUs, several gauges each). The
+detectors want them by node (an attempt's GPUs, the utilisation of its nodes, the state of each
+GPU between scrapes), so one pass groups them and every detector looks up its own nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from detection.core.telemetry import Dcgm, MetricSample
+
+GpuKey = tuple[str, int]
+# Each GPU's latest value of each metric, keyed (host, GPU index).
+GpuReadings = dict[GpuKey, dict[str, float]]
+# What the metric fault detector keeps of each GPU between scrapes, keyed ``host/gpu``.
+GpuState = dict[str, dict[str, Any]]
+
+
+@dataclass
+class ScrapeByHost:
+    readings: dict[str, GpuReadings] = field(default_factory=dict)
+    # host -> GPU -> (the job its first sample named, its first PCI bus id)
+    labels: dict[str, dict[int, list[Any]]] = field(default_factory=dict)
+
+    def gpus_of(self, nodes: Iterable[str]) -> GpuReadings:
+        """The readings of the GPUs on ``nodes``."""
+        out: GpuReadings = {}
+        for host in nodes:
+            out.update(self.readings.get(host, {}))
+        return out
+
+    def utilisation_of(self, nodes: Iterable[str]) -> list[float]:
+        return [
+            gauges[Dcgm.GPU_UTIL]
+            for host in nodes
+            for gauges in self.readings.get(host, {}).values()
+            if Dcgm.GPU_UTIL in gauges
+        ]
+
+    def gpu_state(self) -> GpuState:
+        """Each GPU's job, PCI address, last Xid code and double-bit ECC count."""
+        state: GpuState = {}
+        for host, gpus in self.labels.items():
+            readings = self.readings[host]
+            for gpu, (job, pci) in gpus.items():
+                entry: dict[str, Any] = {"job": job}
+                if pci:
+                    entry["pci"] = pci
+                gauges = readings[(host, gpu)]
+                if Dcgm.XID_ERRORS in gauges:
+                    entry["xid"] = int(gauges[Dcgm.XID_ERRORS])
+                if Dcgm.ECC_DBE_VOL_TOTAL in gauges:
+                    entry["dbe"] = gauges[Dcgm.ECC_DBE_VOL_TOTAL]
+                state[f"{host}/{gpu}"] = entry
+        return state
+
+
+def read_by_host(samples: Iterable[MetricSample]) -> ScrapeByHost:
+    """One pass over a scrape; a later sample of the same gauge wins, labels come from the
+    GPU's first sample (its PCI id from the first that has one)."""
+    readings: dict[str, GpuReadings] = {}
+    labels: dict[str, dict[int, list[Any]]] = {}
+    for sample in samples:
+        host, gpu = sample.host, sample.gpu
+        of_host = readings.get(host)
+        if of_host is None:
+            of_host = readings[host] = {}
+            labels[host] = {}
+        gauges = of_host.get((host, gpu))
+        if gauges is None:
+            gauges = of_host[(host, gpu)] = {}
+            labels[host][gpu] = [sample.job_id, sample.pci]
+        elif sample.pci and not labels[host][gpu][1]:
+            labels[host][gpu][1] = sample.pci
+        gauges[sample.name] = sample.value
+    return ScrapeByHost(readings, labels)
