@@ -16,17 +16,13 @@ is compared: sharding must change how fast, never what is recorded.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import resource
 import time
-import traceback
 from dataclasses import dataclass, field
 from datetime import datetime
-from multiprocessing.connection import Connection
 from typing import Any
 
-from django.db import connection, connections
+from django.db import connection
 from django.db.backends.sqlite3.creation import DatabaseCreation as SQLiteCreation
 
 from detection import services as detection
@@ -40,7 +36,8 @@ from lab.demo.runner import SimulationRunner
 
 from .loop import ACTOR, START, simulated_cluster
 from .progress_bar import Tick
-from .scale import NODES_PER_JOB, WARM_UP_STEPS, QueryCounter, nodes_for
+from .scale import NODES_PER_JOB, WARM_UP_STEPS, nodes_for
+from .workers import peak_rss_mb, run_workers
 
 # Simulated seconds between scans: each scan reads this much output of every job at once.
 ROUND_S = 30.0
@@ -50,22 +47,6 @@ PROGRESS_INTERVAL_S = 1.0
 SETUPS = (1, 2)
 # Monitor fields that say when a row was written, not what it holds.
 UNCOMPARED = {"id", "attempt_id", "updated_at"}
-
-
-@dataclass(frozen=True)
-class WorkerRun:
-    """What one worker process reports of its scan."""
-
-    shard: int
-    lines: int
-    queries: int
-    seconds: float
-    # CPU time the process used (its own: a forked child starts from zero).
-    cpu_seconds: float
-    peak_rss_mb: float
-    # Memory the process holds alone (copied on write or its own): a forked worker shares the
-    # rest, the simulator included, with the bench.
-    private_mb: float
 
 
 @dataclass
@@ -200,7 +181,7 @@ def measure_ingest(
         "peak_rss_mb": max(first["peak_rss_mb_per_process"]),
         # The bench's own process: the simulator and its output in memory, shared with the
         # workers it forks.
-        "bench_process_peak_rss_mb": _peak_rss_mb(),
+        "bench_process_peak_rss_mb": peak_rss_mb(),
         "workloads": workloads,
         "scans": rounds,
         "simulated_s_per_scan": ROUND_S,
@@ -219,70 +200,6 @@ def measure_ingest(
         "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "cpus": os.cpu_count(),
     }
-
-
-def run_workers(
-    cluster: Cluster, now: datetime, sources: ClusterSources, workers: int
-) -> list[WorkerRun]:
-    """Fork ``workers`` processes, each scanning its shard of ``cluster`` at ``now``; wait for
-    all. The bench's own connections are closed first, so no process shares a socket."""
-    connections.close_all()
-    fork = multiprocessing.get_context("fork")
-    started = []
-    for shard in range(workers):
-        receive, send = fork.Pipe(duplex=False)
-        process = fork.Process(
-            target=_worker, args=(send, cluster, now, sources, shard), daemon=True
-        )
-        process.start()
-        send.close()
-        started.append((process, receive))
-    runs, failures = [], []
-    for process, receive in started:
-        try:
-            outcome = receive.recv()
-        except EOFError:
-            outcome = "the worker exited without a word"
-        process.join()
-        if isinstance(outcome, WorkerRun) and process.exitcode == 0:
-            runs.append(outcome)
-        else:
-            failures.append(f"exit {process.exitcode}: {outcome}")
-    if failures:
-        raise RuntimeError("a worker process failed:\n" + "\n".join(failures))
-    return runs
-
-
-def _worker(
-    send: Connection, cluster: Cluster, now: datetime, sources: ClusterSources, shard: int
-) -> None:
-    """One worker process: scan one shard and report; it opens its own database connection."""
-    try:
-        counter = QueryCounter()
-        with connection.execute_wrapper(counter):
-            started = time.perf_counter()
-            summary = scan_cluster(cluster, now, sources, shard=shard)
-            seconds = time.perf_counter() - started
-        if summary.skipped:
-            raise RuntimeError(f"shard {shard} was skipped: its lease was held")
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        send.send(
-            WorkerRun(
-                shard,
-                summary.lines,
-                counter.count,
-                seconds,
-                usage.ru_utime + usage.ru_stime,
-                _peak_rss_mb(),
-                _private_mb(),
-            )
-        )
-    except BaseException:
-        send.send(traceback.format_exc())
-        raise
-    finally:
-        connections.close_all()
-        send.close()
 
 
 def stored_evidence(cluster: Cluster) -> dict[str, Any]:
@@ -349,21 +266,3 @@ def _parallelism() -> dict[str, Any]:
 
 def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 2) if a and b else None
-
-
-def _peak_rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-
-
-def _private_mb() -> float:
-    """Private memory of this process now (Linux; 0 where /proc does not say)."""
-    try:
-        with open("/proc/self/smaps_rollup") as rollup:
-            kb = sum(
-                int(line.split()[1])
-                for line in rollup
-                if line.startswith(("Private_Clean", "Private_Dirty"))
-            )
-    except OSError:
-        return 0.0
-    return round(kb / 1024, 1)

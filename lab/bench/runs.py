@@ -28,6 +28,7 @@ from django.test.utils import override_settings
 
 from fleet.models import Cluster
 from lab.bench import hangs, ingest, loop, scale, scoring, throughput
+from lab.bench import pages as bench_pages
 from lab.simulator import ManualRecoveryBaseline
 from recovery_console.celery import app as celery_app
 
@@ -185,7 +186,7 @@ def measure(options: BenchOptions, spec: loop.LoopSpec, progress: ProgressBar) -
             nothing = loop.without_the_loop(spec, None)
             tick(1.0)
         with _stage(stages, "pages"):
-            pages = scale.measure_pages(
+            pages = bench_pages.measure_pages(
                 # The loop's own cluster, so the pages show real anomalies and advice.
                 Cluster.objects.get(name="bench-loop"),
                 options.audit_rows,

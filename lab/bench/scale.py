@@ -1,5 +1,5 @@
-"""Scale: one full detection cycle at thousands of running workloads, and the console's main
-pages over a large audit trail.
+"""Scale: one full detection cycle at thousands of running workloads, with the console's own
+scan and with two and four scan worker processes.
 
 The cycle is what runs every poll interval: detection's scan, the advice, and the controller's
 cycle. Posting the scheduler's snapshot (which a real controller does at the start of its
@@ -11,33 +11,24 @@ simulator's own work (advancing, scraping its GPUs) is not part of any figure.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from functools import partial
-from types import SimpleNamespace
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.db import connection, transaction
-from django.db.models import Count
+from django.db import connection
 from django.test import Client
-from django.urls import NoReverseMatch, reverse
 
+from detection import services as detection
 from detection.scan import scan_cluster
-from fleet import audit, services
+from fleet import services
 from fleet.core.scheduler import ClusterSnapshot, snapshot_to_json
 from fleet.models import (
-    Attempt,
-    AuditChainHead,
-    AuditEntry,
     Cluster,
-    Workload,
-    WorkloadState,
 )
 from lab.demo.runner import ACTOR as SIMULATOR
 from lab.demo.runner import SimulationRunner
@@ -45,6 +36,7 @@ from remediation.services import advise_cluster, issue_controller_token
 
 from .loop import ACTOR, POLL_S, START, simulated_cluster
 from .progress_bar import Tick
+from .workers import QueryCounter, WorkerRun, current_rss_mb, run_workers
 
 # Jobs of 1–4 nodes of 8 GPUs; two and a half nodes per workload leave room for exclusions.
 NODES_PER_JOB = (1, 4)
@@ -58,18 +50,6 @@ PART_NAMES = ("snapshot", "scan", "advise", "controller")
 
 def nodes_for(workloads: int) -> int:
     return max(8, math.ceil(workloads * NODES_PER_WORKLOAD))
-
-
-class QueryCounter:
-    """Counts the statements sent to the database. (``CaptureQueriesContext`` keeps at most
-    9,000 queries and counts none once DEBUG's query log is full; a cycle at scale runs more.)"""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, execute: Callable[..., Any], *args: Any) -> Any:
-        self.count += 1
-        return execute(*args)
 
 
 def timed(work: Callable[[], Any]) -> tuple[float, int, Any]:
@@ -108,6 +88,8 @@ def measure_cycle(workloads: int, seed: int, cycles: int, tick: Tick) -> dict[st
     advisor = AdvisorClient(cluster)
     samples: dict[str, list[tuple[float, int]]] = {name: [] for name in PART_NAMES}
     reads: list[tuple[float, int]] = []
+    # The console's process as a long-lived worker: its memory after each cycle must stay flat.
+    rss_by_cycle: list[float] = []
     for n in range(cycles):
         snapshot = _advance(runner, POLL_S)
         parts = (
@@ -123,11 +105,18 @@ def measure_cycle(workloads: int, seed: int, cycles: int, tick: Tick) -> dict[st
             started = time.perf_counter()
             items = advisor.read_advice()
             reads.append((time.perf_counter() - started, items))
+        rss_by_cycle.append(current_rss_mb())
         tick((len(WARM_UP_STEPS) + n + 1) / steps)
+    by_workers = {
+        workers: _cycles_with_workers(runner, cluster, advisor, controller, workers, cycles)
+        for workers in WORKER_COUNTS
+    }
     running = sum(1 for job in runner.simulator.snapshot().jobs if job.state == "RUNNING")
     backlog = _backlog_scan(cluster, runner)
     tick(1.0)
     figures = _cycle_figures(workloads, nodes, running, samples, backlog)
+    figures["rss_mb_by_cycle"] = rss_by_cycle
+    figures["workers"] = _worker_figures(samples, by_workers)
     figures["advice_reads"] = {
         "reads": len(reads),
         "seconds_p50": round(statistics.median(r for r, _ in reads), 4),
@@ -139,6 +128,83 @@ def measure_cycle(workloads: int, seed: int, cycles: int, tick: Tick) -> dict[st
 
 
 ADVICE_READS_PER_CYCLE = 20
+# Scan worker processes besides the console's own in-process scan (one worker).
+WORKER_COUNTS = (2, 4)
+
+
+def _cycles_with_workers(
+    runner: SimulationRunner,
+    cluster: Cluster,
+    advisor: AdvisorClient,
+    controller: Any,
+    workers: int,
+    cycles: int,
+) -> list[dict[str, Any]]:
+    """``cycles`` cycles whose scan is split in ``workers`` shards, each scanned by a worker
+    process of its own at once (forked, as Celery workers on as many cores); the snapshot, the
+    advice and the controller run in the console's process as before."""
+    detection.update_detection_settings(ACTOR, cluster, scan_shards=workers)
+    sources = runner.sources
+    if sources is None:
+        raise RuntimeError("an in-process simulation runner has in-process sources")
+    measured = []
+    for _ in range(cycles):
+        body = advisor.snapshot_body(_advance(runner, POLL_S))
+        snapshot_s, _, _ = timed(partial(advisor.post_snapshot, body))
+        started = time.perf_counter()
+        runs: list[WorkerRun] = run_workers(cluster, runner.now, sources, workers)
+        scan_s = time.perf_counter() - started
+        advise_s, _, _ = timed(lambda: advise_cluster(cluster, runner.now))
+        controller_s, _, _ = timed(controller.cycle)
+        measured.append(
+            {
+                "snapshot": snapshot_s,
+                "scan": scan_s,
+                "cycle": scan_s + advise_s + controller_s,
+                "peak_rss_mb": [run.peak_rss_mb for run in runs],
+                "private_mb": [run.private_mb for run in runs],
+            }
+        )
+    # Back to one shard, as the rest of the bench expects.
+    detection.update_detection_settings(ACTOR, cluster, scan_shards=1)
+    return measured
+
+
+def _worker_figures(
+    one: dict[str, list[tuple[float, int]]], by_workers: dict[int, list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """Medians of the cycle with 1, 2 and 4 scan workers, and the speed-up over one."""
+    one_scan = statistics.median(s for s, _ in one["scan"])
+    one_cycle = statistics.median(
+        sum(one[name][i][0] for name in PART_NAMES if name != "snapshot")
+        for i in range(len(one["scan"]))
+    )
+    one_snapshot = statistics.median(s for s, _ in one["snapshot"])
+    out: dict[str, Any] = {
+        "1": {
+            "scan_seconds": round(one_scan, 3),
+            "cycle_seconds": round(one_cycle, 3),
+            "with_snapshot_seconds": round(one_cycle + one_snapshot, 3),
+            "in_process": True,
+        }
+    }
+    for workers, cycles in by_workers.items():
+        scan = statistics.median(c["scan"] for c in cycles)
+        cycle = statistics.median(c["cycle"] for c in cycles)
+        snapshot = statistics.median(c["snapshot"] for c in cycles)
+        out[str(workers)] = {
+            "scan_seconds": round(scan, 3),
+            "cycle_seconds": round(cycle, 3),
+            "with_snapshot_seconds": round(cycle + snapshot, 3),
+            "scan_speedup": round(one_scan / scan, 2) if scan else None,
+            "cycle_speedup": round(one_cycle / cycle, 2) if cycle else None,
+            # Each cycle's workers are forked afresh: their peak holds what they share with
+            # the console's process, and what they allocate alone is the private figure.
+            "peak_rss_mb_per_worker_by_cycle": [c["peak_rss_mb"] for c in cycles],
+            "private_mb_per_worker_by_cycle": [c["private_mb"] for c in cycles],
+        }
+    out["cpus"] = os.cpu_count()
+    return out
 
 
 def p95(values: list[float]) -> float:
@@ -237,220 +303,3 @@ def _cycle_figures(
         "parts": parts,
         "ingest": backlog,
     }
-
-
-# --- pages ------------------------------------------------------------------------------------
-
-PAGES = {
-    "overview": ("overview", ()),
-    "workloads": ("workloads", ()),
-    "workload": ("workload", ("workload",)),
-    "cluster": ("cluster", ("cluster",)),
-    "nodes": ("nodes", ("cluster",)),
-    "audit": ("audit", ()),
-    "review_queue": ("review-queue", ()),
-}
-# Rows per bulk insert: memory stays flat and statements stay under parameter limits.
-AUDIT_BATCH = 5000
-VERBS = ("attempt.changed", "attempt.observed", "anomaly.detected", "advice.dispatched")
-
-
-def measure_pages(
-    cluster: Cluster, audit_rows: int, workloads: int, repeats: int, tick: Tick
-) -> dict[str, Any]:
-    """Median and 95th-percentile response time (ms) of the console's main pages with
-    ``audit_rows`` audit entries and ``workloads`` workloads stored (topped up with plain rows),
-    for a signed-in admin."""
-    started = time.perf_counter()
-    added_workloads = _top_up_workloads(workloads)
-    tick(0.1)
-    added_audit = _top_up_audit(cluster, audit_rows, lambda f: tick(0.1 + 0.5 * f))
-    top_up_s = time.perf_counter() - started
-    # The client's own default host, testserver, is only allowed under the test runner.
-    client = Client(SERVER_NAME="localhost")
-    # No password: the client is logged in directly.
-    user = get_user_model().objects.create_superuser("bench", "bench@example.invalid", None)
-    client.force_login(user)
-    medians: dict[str, float | None] = {}
-    p95s: dict[str, float | None] = {}
-    queries: dict[str, int | None] = {}
-    statuses: dict[str, int | None] = {}
-    for n, (page, url) in enumerate(_page_urls(cluster).items(), start=1):
-        timing = _time_page(client, url, repeats)
-        medians[page], p95s[page], queries[page], statuses[page] = timing
-        tick(0.6 + 0.4 * n / len(PAGES))
-    return {
-        "pages_ms": medians,
-        "pages_p95_ms": p95s,
-        "queries": queries,
-        "status": statuses,
-        "audit_entries": AuditEntry.objects.count(),
-        "workloads": Workload.objects.count(),
-        "added": {"audit_entries": added_audit, "workloads": added_workloads},
-        "top_up_s": round(top_up_s, 1),
-        "repeats": repeats,
-    }
-
-
-def _page_urls(cluster: Cluster) -> dict[str, str | None]:
-    # The workload with the most attempts has the heaviest detail page.
-    busiest = (
-        Workload.objects.filter(cluster=cluster)
-        .annotate(attempt_count=Count("attempts"))
-        .order_by("-attempt_count", "pk")
-        .first()
-    )
-    values = {"cluster": cluster.name, "workload": busiest.pk if busiest else 0}
-    urls: dict[str, str | None] = {}
-    for page, (name, args) in PAGES.items():
-        try:
-            urls[page] = reverse(name, args=[values[a] for a in args])
-        except NoReverseMatch:
-            # A page this build lacks is reported as null, not as a failure.
-            urls[page] = None
-    return urls
-
-
-PageTiming = tuple[float | None, float | None, int | None, int | None]
-
-
-def _time_page(client: Client, url: str | None, repeats: int) -> PageTiming:
-    """Median and p95 (ms), queries and status of ``repeats`` requests for ``url``."""
-    if url is None:
-        return None, None, None, None
-    status = client.get(url).status_code  # the first request compiles templates: not timed
-    times = []
-    counts = []
-    for _ in range(repeats):
-        seconds, count, response = timed(partial(client.get, url))
-        status = response.status_code
-        times.append(seconds)
-        counts.append(count)
-    if status != 200:
-        return None, None, None, status
-    median, worst = statistics.median(times), p95(times)
-    return round(median * 1000, 1), round(worst * 1000, 1), max(counts), status
-
-
-def _top_up_workloads(wanted: int) -> int:
-    """Workloads (each with one attempt) in a cluster of their own, up to ``wanted`` in all."""
-    missing = wanted - Workload.objects.count()
-    if missing <= 0:
-        return 0
-    # A cluster of their own, so the loop's cluster and its figures stay as they were.
-    cluster = services.create_cluster(ACTOR, "bench-pages", scheduler={"backend": "simulated"})
-    states = list(WorkloadState)
-    made = Workload.objects.bulk_create(
-        Workload(
-            cluster=cluster,
-            key=f"bench-page-{n:05d}",
-            state=states[n % len(states)],
-            created_at=START + timedelta(minutes=n),
-            updated_at=START + timedelta(minutes=n),
-        )
-        for n in range(missing)
-    )
-    Attempt.objects.bulk_create(
-        Attempt(
-            cluster=cluster,
-            workload=workload,
-            job_id=str(900_000 + n),
-            attempt_index=0,
-            name=workload.key,
-            partition="gpu",
-            state="RUNNING",
-            nodes=[f"page-node-{n % 500:03d}"],
-            first_seen_at=workload.created_at,
-            started_at=workload.created_at,
-        )
-        for n, workload in enumerate(made)
-    )
-    return missing
-
-
-def _top_up_audit(cluster: Cluster, wanted: int, tick: Tick) -> int:
-    """Audit entries up to ``wanted``, bulk-inserted. They are hashed and chained like the ones
-    ``audit.record`` appends, so the throwaway trail still verifies. Rows go in as plain
-    tuples: building a model per row and compiling it cost three times the hashing."""
-    missing = wanted - AuditEntry.objects.count()
-    if missing <= 0:
-        return 0
-    workload_ids = list(Workload.objects.filter(cluster=cluster).values_list("pk", flat=True))
-    with transaction.atomic(), connection.cursor() as cursor:
-        # Locked as ``audit.record`` locks it, so no entry slips in mid-chain.
-        head, _ = AuditChainHead.objects.select_for_update().get_or_create(pk=1)
-        sequence, previous = head.last_sequence, head.last_hash
-        batch: list[tuple[Any, ...]] = []
-        insert = _audit_insert()
-        for n in range(missing):
-            sequence += 1
-            # Back-dated before the run, 30 s apart, so the run's own entries stay the newest.
-            at = START - timedelta(seconds=30 * (missing - n))
-            row = _audit_row(cluster.pk, workload_ids, sequence, previous, n, at)
-            previous = row.entry_hash
-            batch.append(_audit_values(row))
-            if len(batch) == AUDIT_BATCH or n == missing - 1:
-                cursor.executemany(insert, batch)
-                batch = []
-                tick((n + 1) / missing)
-        AuditChainHead.objects.filter(pk=head.pk).update(last_sequence=sequence, last_hash=previous)
-    return missing
-
-
-AUDIT_COLUMNS = (
-    "sequence",
-    "at",
-    "actor",
-    "cluster_id",
-    "workload_id",
-    "attempt_id",
-    "verb",
-    "object_type",
-    "object_id",
-    "payload",
-    "previous_hash",
-    "entry_hash",
-)
-
-
-def _audit_insert() -> str:
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(c) for c in AUDIT_COLUMNS)
-    values = ", ".join(["%s"] * len(AUDIT_COLUMNS))
-    # Names from the model and placeholders only: the values go as parameters.
-    table = quote(AuditEntry._meta.db_table)
-    return f"INSERT INTO {table} ({columns}) VALUES ({values})"  # noqa: S608
-
-
-def _audit_row(
-    cluster_id: int, workload_ids: list[int], sequence: int, previous: str, n: int, at: datetime
-) -> SimpleNamespace:
-    """One entry's fields, under the names ``audit.entry_hash`` reads, and its hash."""
-    workload_id = workload_ids[n % len(workload_ids)] if workload_ids else None
-    digest = hashlib.sha256(str(n).encode()).hexdigest()[:12]
-    row = SimpleNamespace(
-        sequence=sequence,
-        at=at,
-        actor=ACTOR,
-        cluster_id=cluster_id,
-        workload_id=workload_id,
-        attempt_id=None,
-        verb=VERBS[n % len(VERBS)],
-        object_type="workload",
-        object_id=str(workload_id or ""),
-        payload={"bench": n, "ref": digest},
-        previous_hash=previous,
-    )
-    row.entry_hash = audit.entry_hash(row)
-    return row
-
-
-def _audit_values(row: SimpleNamespace) -> tuple[Any, ...]:
-    # The values as the model's fields would send them: a UTC datetime the backend accepts,
-    # the payload as JSON text.
-    values = {
-        **vars(row),
-        "at": connection.ops.adapt_datetimefield_value(row.at),
-        "payload": json.dumps(row.payload),
-    }
-    return tuple(values[column] for column in AUDIT_COLUMNS)
