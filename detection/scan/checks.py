@@ -55,6 +55,7 @@ def _check_running_attempts(
     counts_from = gaps.silence_counts_from(cluster, [r.name for r in progress_sources])
     verdicts: list[tuple[Attempt, AttemptMonitor, monitors.Verdicts]] = []
     attempts = list(running.select_related("monitor"))
+    summary.attempts_checked = len(attempts)
     startups = monitors.earlier_startups(attempts)
     for attempt in attempts:
         monitor = monitors.load(attempt)

@@ -54,6 +54,8 @@ class ScanSummary:
     new_anomalies: int = 0
     updated_anomalies: int = 0
     resolved_anomalies: int = 0
+    # Running attempts whose hang, slowdown and divergence the scan checked (its shard's own).
+    attempts_checked: int = 0
     failed_sources: list[str] = field(default_factory=list)
     skipped: bool = False
     out_of_time: bool = False
@@ -72,5 +74,6 @@ class ScanSummary:
         late = ", time budget spent (reading on next cycle)" if self.out_of_time else ""
         return (
             f"{self.lines} lines, {self.new_anomalies} new anomalies, "
-            f"{self.updated_anomalies} updated, {self.resolved_anomalies} resolved{failed}{late}"
+            f"{self.updated_anomalies} updated, {self.resolved_anomalies} resolved, "
+            f"{self.attempts_checked} running attempts checked{failed}{late}"
         )

@@ -1,6 +1,7 @@
-"""A cluster's scan split into shards runs on two real Celery workers at once: each worker takes
-some of the shards, and every line still reaches its attempt exactly once, with every shard's
-cursor at the end of what was written."""
+"""A cluster's scan split into shards runs on two real Celery workers at once (different host
+names, one MariaDB and one Redis): each worker takes some of the shards, every workload is
+checked exactly once per cycle, and every line still reaches its attempt exactly once, with
+every shard's cursor at the end of what was written."""
 
 import re
 from datetime import timedelta
@@ -46,6 +47,15 @@ def shards_run_by(log: Path) -> set[int]:
     return ran | ({0} if re.search(r"run_cycle\[[^\]]+\] succeeded", text) else set())
 
 
+def attempts_checked(logs: list[Path]) -> int:
+    """Running attempts the shards' scans checked, over every task the workers finished."""
+    return sum(
+        int(n)
+        for log in logs
+        for n in re.findall(r"\] succeeded .* (\d+) running attempts checked", log.read_text())
+    )
+
+
 def finished(logs: list[Path], rounds: int) -> bool:
     pattern = r"(run_cycle|run_scan_shard)\[[^\]]+\] succeeded"
     done = sum(len(re.findall(pattern, log.read_text())) for log in logs)
@@ -82,12 +92,16 @@ def test_two_workers_share_a_clusters_shards_and_read_every_line_once(
                 written[job_id] += count
             send_shards(broker, cluster.pk)
             wait_for(lambda: finished(worker_logs, round_number), "the shards did not finish")  # noqa: B023
+            # Every workload checked exactly once per cycle: by its own shard, on one worker.
+            assert attempts_checked(worker_logs) == round_number * JOBS
 
     ran = [shards_run_by(log) for log in worker_logs]
     assert ran[0] and ran[1], f"one worker did all the work: {ran}"
     assert ran[0] | ran[1] == set(range(SHARDS))
     text = "".join(log.read_text() for log in worker_logs)
     assert "skipped" not in text  # no shard met another run of itself
+    runs = re.findall(r"(?:run_cycle|run_scan_shard)\[[^\]]+\] succeeded", text)
+    assert len(runs) == ROUNDS * SHARDS  # each shard once a cycle, never twice
     monitors = {m.attempt.job_id: m for m in AttemptMonitor.objects.select_related("attempt")}
     assert {job: (m.lines_seen, m.last_step) for job, m in monitors.items()} == {
         job: (count, count) for job, count in written.items()
