@@ -50,8 +50,9 @@ _STARTUP = compile_re(
 
 
 def is_startup_line(text: str) -> bool:
-    # Tearing the rendezvous down ends a job; it says nothing of how far the job got.
-    return _STARTUP.search(text) is not None and "shutdown" not in text
+    # Tearing the rendezvous down ends a job, and keep-alive heartbeats are sent once it has
+    # joined: neither says the job is still starting.
+    return _STARTUP.search(text) is not None and "shutdown" not in text and "keep-alive" not in text
 
 
 def phase_of(lines: Sequence[str], failed_at: int | None) -> Phase:

@@ -1,0 +1,89 @@
+"""Families of failure decided by the shape of their evidence, each shown with a short phrasing
+of our own (not a corpus excerpt): the rule is the family's, not one log's. Library tests: no
+Django."""
+
+from __future__ import annotations
+
+from remediation.core.verdict import judge_excerpt
+
+
+def decided(*lines: str) -> dict[str, object]:
+    found, _ = judge_excerpt("\n".join(lines).encode())
+    return found.to_dict()
+
+
+def verdict(got: dict[str, object]) -> tuple[object, object, object]:
+    return got["category"], got["action"], got["implicated_hosts"]
+
+
+# The HCA's fatal async events, in each way NCCL has printed them, put the fault on that host.
+
+
+def test_an_hca_port_error_naming_its_device_takes_the_host_out() -> None:
+    got = decided(
+        "gpu-a17:4410:4502 [3] transport/net_ib.cc:201 NCCL WARN NET/IB : mlx5_7:1 "
+        "Got async error event: port error"
+    )
+    assert verdict(got) == ("interconnect_network", "restart_excluding_node", ["gpu-a17"])
+
+
+def test_a_catastrophic_hca_event_after_the_device_name_takes_the_host_out() -> None:
+    got = decided(
+        "trn-204:91:93 [1] transport/net_ib.cc:88 NCCL WARN NET/IB : mlx5_2:1 Got async "
+        "event : local catastrophic error"
+    )
+    assert verdict(got) == ("interconnect_network", "restart_excluding_node", ["trn-204"])
+
+
+def test_a_file_name_put_before_each_line_is_not_the_host() -> None:
+    got = decided(
+        "rank-dump-7.log:trn-204:91:93 [1] transport/net_ib.cc:88 NCCL WARN NET/IB : "
+        "mlx5_2:1 Got async event : local catastrophic error"
+    )
+    assert got["implicated_hosts"] == ["trn-204"]
+
+
+# The fabric manager's non-fatal NVSwitch errors are logged and recovered; a fatal one is not.
+
+
+def test_a_non_fatal_nvswitch_error_is_recorded_and_nothing_is_done() -> None:
+    got = decided("[ERROR] [tid 77] detected NVSwitch non-fatal error 20034 on fid 2 port 9")
+    assert verdict(got) == ("benign", "none", [])
+
+
+def test_a_fatal_nvswitch_error_is_still_the_gpu_fabric() -> None:
+    got = decided("[ERROR] [tid 77] detected NVSwitch fatal error 20034 on fid 2 port 9")
+    assert got["category"] == "gpu_hardware"
+
+
+# UCX giving up resending: the peer or the path stopped answering, not this host.
+
+
+def test_ucx_retry_exceeded_restarts_without_blaming_the_host() -> None:
+    got = decided(
+        "[cn-55:2001:0:2001] ib_mlx5_log.c:140  Transport retry count exceeded on "
+        "mlx5_4:1/RoCE (synd 0x15 vend 0x81 hw_synd 0/0)"
+    )
+    assert verdict(got) == ("interconnect_network", "restart", [])
+
+
+# A running agent that cannot connect to the rendezvous store at all has lost the store's host;
+# one whose heartbeat timed out is retrying, and says nothing by itself.
+
+
+def test_a_keepalive_that_cannot_connect_to_the_store_restarts() -> None:
+    got = decided(
+        "W0101 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1000] The node "
+        "'n7_55_0' has failed to send a keep-alive heartbeat to the rendezvous 'job9' due to "
+        "an error of type RendezvousConnectionError."
+    )
+    assert verdict(got) == ("interconnect_network", "restart", [])
+
+
+def test_a_keepalive_that_timed_out_once_is_only_noted() -> None:
+    got = decided(
+        "W0101 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1000] The node "
+        "'n7_55_0' has failed to send a keep-alive heartbeat to the rendezvous 'job9' due to "
+        "an error of type RendezvousTimeoutError."
+    )
+    assert verdict(got) == ("benign", "none", [])
