@@ -45,7 +45,11 @@ _STARTUP = compile_re(
     r"Loading checkpoint shards|load_checkpoint|load_state_dict|from_pretrained|"
     r"resume_from_checkpoint|torch\.load|safe_open|Address already in use|EADDRINUSE|"
     r"trying to connect to|failed to connect to|waiting for master|"
-    r"no socket interface found|ncclSocketInit|NET/IB : No device found)"
+    r"no socket interface found|ncclSocketInit|NET/IB : No device found|"
+    # Resuming loads the last checkpoint before any step; model-parallel groups and building
+    # the model come before it too.
+    r"resum(?:e|ing)(?: training)? from|initializing (?:model|pipeline|tensor) parallel|"
+    r"initializing (?:ddp|pipeline) with size|\binit_model\b|_build_model)"
 )
 
 

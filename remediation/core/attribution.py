@@ -108,8 +108,10 @@ def _configuration_at_startup(
         return None
     if interruption.category is Category.INTERCONNECT_NETWORK:
         return Attribution.SYSTEM_SOFTWARE
+    # Killed processes with no cause of their own shown (only the launcher tearing the
+    # others down) are the same kill seen from outside.
     if interruption.category is Category.NODE_OR_PROCESS_FAILURE and (
-        interruption.attribution is Attribution.SYSTEM_SOFTWARE
+        interruption.attribution in (Attribution.SYSTEM_SOFTWARE, Attribution.NONE)
     ):
         return Attribution.APPLICATION
     return None

@@ -87,3 +87,52 @@ def test_a_keepalive_that_timed_out_once_is_only_noted() -> None:
         "an error of type RendezvousTimeoutError."
     )
     assert verdict(got) == ("benign", "none", [])
+
+
+# Start-up includes resuming from a checkpoint, setting up model-parallel groups and building
+# the model: a process killed there is the job's own demand on host memory, and stops.
+
+
+def test_a_kill_while_resuming_from_a_checkpoint_is_start_up_and_stops() -> None:
+    got = decided(
+        "INFO trainer: resuming training from ckpt/step-4000",
+        "[launch.py:190:sigkill_handler] Killing subprocess 4411",
+    )
+    assert (got["category"], got["attribution"], got["action"]) == (
+        "node_or_process_failure",
+        "application",
+        "stop",
+    )
+
+
+def test_a_kill_after_model_parallel_init_is_start_up_and_stops() -> None:
+    got = decided(
+        "> initializing tensor parallel with size 4",
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+        "local_rank: 2 (pid: 812) of binary: /opt/py/bin/python",
+    )
+    assert (got["category"], got["action"]) == ("node_or_process_failure", "stop")
+
+
+def test_the_same_kill_after_training_steps_is_not_read_as_start_up() -> None:
+    got = decided(
+        "> initializing tensor parallel with size 4",
+        " iteration      300/  9000 | consumed samples: 9600 | lm loss: 3.1E+00 |",
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+        "local_rank: 2 (pid: 812) of binary: /opt/py/bin/python",
+    )
+    assert "rule startup:" not in str(got["explanation"])
+
+
+def test_an_nccl_system_error_while_building_the_model_is_start_up_and_stops() -> None:
+    got = decided(
+        '  File "/app/workers.py", line 77, in init_model',
+        "    torch.distributed.barrier()",
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:2000, "
+        "unhandled system error, NCCL version 2.21.5",
+    )
+    assert (got["category"], got["attribution"], got["action"]) == (
+        "interconnect_network",
+        "system_software",
+        "stop",
+    )
