@@ -49,14 +49,27 @@ _STARTUP = compile_re(
     # Resuming loads the last checkpoint before any step; model-parallel groups and building
     # the model come before it too.
     r"resum(?:e|ing)(?: training)? from|initializing (?:model|pipeline|tensor) parallel|"
-    r"initializing (?:ddp|pipeline) with size|\binit_model\b|_build_model)"
+    r"initializing (?:ddp|pipeline) with size|\binit_model\b|_build_model|"
+    # Preparing the data set (tokenizing, mapping) before the first step.
+    r"running tokenizer on|tokeni[sz]ing (?:the )?(?:train|eval|valid|data)|"
+    r"Map \(num_proc=|preprocessing (?:the )?(?:train|data))"
 )
 
 
 def is_startup_line(text: str) -> bool:
-    # Tearing the rendezvous down ends a job, and keep-alive heartbeats are sent once it has
-    # joined: neither says the job is still starting.
-    return _STARTUP.search(text) is not None and "shutdown" not in text and "keep-alive" not in text
+    # Tearing the rendezvous or a communicator down ends a job, and keep-alive heartbeats are
+    # sent once it has joined: none says the job is still starting.
+    return (
+        _STARTUP.search(text) is not None
+        and "shutdown" not in text
+        and "keep-alive" not in text
+        and _TEARDOWN.search(text) is None
+    )
+
+
+# A communicator aborted or destroyed ends a job, though its line names the rank as the
+# set-up line does.
+_TEARDOWN = compile_re(r"(?:Abort|Destroy) COMPLETE|ncclCommAbort|ncclCommDestroy")
 
 
 def phase_of(lines: Sequence[str], failed_at: int | None) -> Phase:

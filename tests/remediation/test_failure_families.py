@@ -136,3 +136,51 @@ def test_an_nccl_system_error_while_building_the_model_is_start_up_and_stops() -
         "system_software",
         "stop",
     )
+
+
+# A run's own summary that finds its loss non-finite is divergence, whatever the layout.
+
+
+def test_a_metrics_check_finding_the_loss_non_finite_stops() -> None:
+    got = decided("WARNING: NaN/Inf detected in metrics: val_loss, accuracy, kl_loss")
+    assert (got["category"], got["action"]) == ("numerical_divergence", "stop")
+
+
+def test_a_metric_check_that_names_no_loss_is_not_divergence() -> None:
+    got = decided("note: NaN detected in metrics: throughput (no samples in window)")
+    assert got["category"] != "numerical_divergence"
+
+
+# Ranks that never meet in their first collectives (one still preparing its data) time out on
+# every run; the same timeout after training ran, or while communicators are torn down, is a
+# hang a restart rides out.
+
+WATCHDOG = (
+    "[rank3]:[E ProcessGroupNCCL.cpp:600] [Rank 3] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=4, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1800042 "
+    "milliseconds before timing out."
+)
+
+
+def test_a_collective_timeout_while_a_rank_tokenizes_its_data_stops() -> None:
+    got = decided("Tokenizing the train split: 41% 8200/20000 [29:58<43:10]", WATCHDOG)
+    assert (got["category"], got["action"]) == ("nccl_timeout_hang", "stop")
+    assert "timeout" in str(got["explanation"]).lower()
+
+
+def test_the_same_timeout_after_training_steps_restarts() -> None:
+    got = decided(
+        "Tokenizing the train split: 100% 20000/20000",
+        " iteration      900/  9000 | consumed samples: 9600 | lm loss: 3.1E+00 |",
+        WATCHDOG,
+    )
+    assert (got["category"], got["action"]) == ("nccl_timeout_hang", "restart")
+
+
+def test_a_communicator_torn_down_is_not_read_as_start_up() -> None:
+    got = decided(
+        "n12:301:340 [3] NCCL INFO comm 0x55aa rank 3 nranks 8 cudaDev 3 busId 1b000 - "
+        "Abort COMPLETE",
+        WATCHDOG,
+    )
+    assert got["action"] == "restart"
