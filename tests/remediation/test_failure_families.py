@@ -164,7 +164,11 @@ WATCHDOG = (
 
 def test_a_collective_timeout_while_a_rank_tokenizes_its_data_stops() -> None:
     got = decided("Tokenizing the train split: 41% 8200/20000 [29:58<43:10]", WATCHDOG)
-    assert (got["category"], got["action"]) == ("nccl_timeout_hang", "stop")
+    assert (got["category"], got["attribution"], got["action"]) == (
+        "nccl_timeout_hang",
+        "application",
+        "stop",
+    )
     assert "timeout" in str(got["explanation"]).lower()
 
 
