@@ -45,13 +45,31 @@ _STARTUP = compile_re(
     r"Loading checkpoint shards|load_checkpoint|load_state_dict|from_pretrained|"
     r"resume_from_checkpoint|torch\.load|safe_open|Address already in use|EADDRINUSE|"
     r"trying to connect to|failed to connect to|waiting for master|"
-    r"no socket interface found|ncclSocketInit|NET/IB : No device found)"
+    r"no socket interface found|ncclSocketInit|NET/IB : No device found|"
+    # Resuming loads the last checkpoint before any step; model-parallel groups and building
+    # the model come before it too.
+    r"resum(?:e|ing)(?: training)? from|initializing (?:model|pipeline|tensor) parallel|"
+    r"initializing (?:ddp|pipeline) with size|\binit_model\b|_build_model|"
+    # Preparing the data set (tokenizing, mapping) before the first step.
+    r"running tokenizer on|tokeni[sz]ing (?:the )?(?:train|eval|valid|data)|"
+    r"Map \(num_proc=|preprocessing (?:the )?(?:train|data))"
 )
 
 
 def is_startup_line(text: str) -> bool:
-    # Tearing the rendezvous down ends a job; it says nothing of how far the job got.
-    return _STARTUP.search(text) is not None and "shutdown" not in text
+    # Tearing the rendezvous or a communicator down ends a job, and keep-alive heartbeats are
+    # sent once it has joined: none says the job is still starting.
+    return (
+        _STARTUP.search(text) is not None
+        and "shutdown" not in text
+        and "keep-alive" not in text
+        and _TEARDOWN.search(text) is None
+    )
+
+
+# A communicator aborted or destroyed ends a job, though its line names the rank as the
+# set-up line does.
+_TEARDOWN = compile_re(r"(?:Abort|Destroy) COMPLETE|ncclCommAbort|ncclCommDestroy")
 
 
 def phase_of(lines: Sequence[str], failed_at: int | None) -> Phase:

@@ -103,13 +103,20 @@ def _configuration_at_startup(
     interruption: Interruption, phase: str, node_local: bool
 ) -> Attribution | None:
     """Before the first step, a network that no rank gets through is how the job or the site is
-    set up (system software), and a process killed while loading is the job's own demand."""
+    set up (system software); a process killed while loading, and ranks that time out waiting
+    on one still preparing, are the job's own doing."""
     if phase != Phase.STARTUP or node_local:
         return None
     if interruption.category is Category.INTERCONNECT_NETWORK:
         return Attribution.SYSTEM_SOFTWARE
+    # Ranks that never meet in their first collectives wait on one still doing the job's own
+    # preparation (its data, its model).
+    if interruption.category is Category.NCCL_TIMEOUT_HANG:
+        return Attribution.APPLICATION
+    # Killed processes with no cause of their own shown (only the launcher tearing the
+    # others down) are the same kill seen from outside.
     if interruption.category is Category.NODE_OR_PROCESS_FAILURE and (
-        interruption.attribution is Attribution.SYSTEM_SOFTWARE
+        interruption.attribution in (Attribution.SYSTEM_SOFTWARE, Attribution.NONE)
     ):
         return Attribution.APPLICATION
     return None

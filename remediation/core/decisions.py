@@ -121,6 +121,12 @@ FIXES: Mapping[str, str] = {
         "two processes took the same global rank: give each node its own NODE_RANK (or "
         "SLURM_NODEID) and the same world size and master on every node"
     ),
+    "startup:nccl_timeout_hang": (
+        "the ranks never met in their first collectives: one of them was still busy (tokenizing "
+        "or preprocessing the data, loading a model) past the collective timeout; prepare the "
+        "data before launch or on every rank, or raise the timeout (timeout= of "
+        "init_process_group)"
+    ),
     "startup:node_or_process_failure": (
         "the job dies before its first step, while launching or loading: a process killed "
         "while loading the model or checkpoint shards needs more host memory (--mem) or a "

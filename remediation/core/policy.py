@@ -70,9 +70,12 @@ DEFAULT_RULES: Mapping[str, Action] = {
     "slurm_cancelled": Action.NONE,
     # Before the first step, the network and the processes fail from how the job is set up:
     # a store or master no client reaches, an interface or HCA that is not there, a model too
-    # big for the host's memory while it loads. The same after training ran is an outage.
+    # big for the host's memory while it loads, ranks that never meet in their first
+    # collectives because one is still preparing its data. The same after training ran is an
+    # outage.
     "startup:interconnect_network": Action.STOP,
     "startup:node_or_process_failure": Action.STOP,
+    "startup:nccl_timeout_hang": Action.STOP,
     "duplicate_rank_at_init": Action.STOP,
 }
 CATEGORIES = frozenset(c.value for c in Category)

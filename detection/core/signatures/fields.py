@@ -46,6 +46,7 @@ _PREFIX = compile_re(
     r")"
 )
 
+_LOG_FILE_SUFFIXES = (".log", ".out", ".err", ".txt")
 _NOT_HOSTS = ("error", "exception", "warning", "warn", "info", "debug", "note", "traceback")
 
 # Identifiers named inside the message; each is searched only when a cheap substring test says
@@ -120,7 +121,10 @@ class _Peeled:
     def _host(self, host: str) -> bool:
         if not _is_host(host):
             return False
-        self.host = self.host or host
+        # grep -H and log collectors put the file's name first ("worker-3.log:"): the host
+        # is in the line that follows it, not in the file's name.
+        if not host.lower().endswith(_LOG_FILE_SUFFIXES):
+            self.host = self.host or host
         # Consume "host:" and one following space, keep anything else (e.g. "[rank3]:").
         rest = self.rest[len(host.encode()) + 1 :]
         self.rest = rest[1:] if rest.startswith(b" ") else rest

@@ -121,7 +121,8 @@ GPU = (
         "nvswitch_error",
         r"NVLS multicast support is not available"
         r"|transport/nvls\.cc[^\n]{0,80}NCCL WARN Cuda failure"
-        r"|NVSwitch[^\n]{0,80}(?:fatal|uncorrectable|error detected)",
+        # "non-fatal" is not "fatal": the fabric manager logs and recovers those.
+        r"|NVSwitch[^\n]{0,80}[ :(](?:fatal|uncorrectable)|NVSwitch[^\n]{0,80}error detected",
         HW_NODE_ERROR,
         "The NVSwitch fabric failed (NVLink SHARP and multi-node NVLink need it).",
     ),
@@ -192,6 +193,16 @@ NETWORK = (
         refine=flood,
     ),
     sig(
+        "rendezvous_keepalive_lost",
+        r"failed to send a keep-alive heartbeat to the rendezvous[^\n]*"
+        r"Rendezvous(?:Connection|Closed)Error",
+        # A running agent that cannot reach the store at all (not merely a slow answer, which
+        # it retries) has lost the store's host: the job's ranks can no longer agree.
+        classify(K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
+        "A running agent lost its connection to the rendezvous store (its host went away).",
+        refine=flood,
+    ),
+    sig(
         "c10d_warning",
         r"^\[W[^\]\n]*\] \[c10d\]"
         r"|has failed to send a keep-alive heartbeat to the rendezvous",
@@ -228,8 +239,22 @@ NETWORK = (
         refine=refine_ib,
     ),
     sig(
+        "ucx_transport_retry_exceeded",
+        r"Transport retry count exceeded on [\w.-]{1,40}:\d{1,3}/(?:IB|RoCE)"
+        r"|UCX[^\n]{0,80}(?:ERROR|error)[^\n]{0,80}transport retry count exceeded",
+        # UCX's form of IBV_WC_RETRY_EXC_ERR: the remote side never acknowledged. Without a
+        # port-down or HCA event on the node it is the path or the peer, not this host.
+        NET_ERROR,
+        "UCX (MPI, UCC) gave up resending over InfiniBand/RoCE: the peer or the fabric "
+        "between them stopped answering.",
+        refine=flood,
+    ),
+    sig(
         "ib_async_event",
-        r"NET/IB ?: ?Got async event ?: ?(?:local catastrophic error|port error"
+        # NCCL names the device before the event in later versions ("mlx5_1:1 Got async
+        # event", "Got async error event").
+        r"NET/IB ?: ?(?:[\w.:-]{1,40} )?Got async (?:error )?event ?: ?"
+        r"(?:local catastrophic error|port error"
         r"|device fatal|local work queue catastrophic error|QP fatal)",
         NET_NODE,
         "The HCA reported a fatal event (catastrophic error, port error).",

@@ -69,7 +69,10 @@ NUMERICAL = (
         r"(?i)found NaN in|Unexpected result nan|NaN or Inf found in input tensor"
         r"|Model diverged with loss = NaN|number of nan iterations:\s*[1-9]"
         r"|detected (?:a )?(?:NaN|Inf) (?:in|loss)"
-        r"|gradients at all steps are invalid",
+        r"|gradients at all steps are invalid"
+        # A run's summary or metrics check naming a loss among the non-finite metrics.
+        r"|(?:NaN|Inf)(?:/(?:NaN|Inf))? (?:values? )?(?:was |were )?detected in "
+        r"(?:the )?(?:metrics?[^\n]*loss|[\w.]{0,40}loss)",
         NAN,
         "A NaN check fired.",
         refine=flood,

@@ -1,0 +1,190 @@
+"""Families of failure decided by the shape of their evidence, each shown with a short phrasing
+of our own (not a corpus excerpt): the rule is the family's, not one log's. Library tests: no
+Django."""
+
+from __future__ import annotations
+
+from remediation.core.verdict import judge_excerpt
+
+
+def decided(*lines: str) -> dict[str, object]:
+    found, _ = judge_excerpt("\n".join(lines).encode())
+    return found.to_dict()
+
+
+def verdict(got: dict[str, object]) -> tuple[object, object, object]:
+    return got["category"], got["action"], got["implicated_hosts"]
+
+
+# The HCA's fatal async events, in each way NCCL has printed them, put the fault on that host.
+
+
+def test_an_hca_port_error_naming_its_device_takes_the_host_out() -> None:
+    got = decided(
+        "gpu-a17:4410:4502 [3] transport/net_ib.cc:201 NCCL WARN NET/IB : mlx5_7:1 "
+        "Got async error event: port error"
+    )
+    assert verdict(got) == ("interconnect_network", "restart_excluding_node", ["gpu-a17"])
+
+
+def test_a_catastrophic_hca_event_after_the_device_name_takes_the_host_out() -> None:
+    got = decided(
+        "trn-204:91:93 [1] transport/net_ib.cc:88 NCCL WARN NET/IB : mlx5_2:1 Got async "
+        "event : local catastrophic error"
+    )
+    assert verdict(got) == ("interconnect_network", "restart_excluding_node", ["trn-204"])
+
+
+def test_a_file_name_put_before_each_line_is_not_the_host() -> None:
+    got = decided(
+        "rank-dump-7.log:trn-204:91:93 [1] transport/net_ib.cc:88 NCCL WARN NET/IB : "
+        "mlx5_2:1 Got async event : local catastrophic error"
+    )
+    assert got["implicated_hosts"] == ["trn-204"]
+
+
+# The fabric manager's non-fatal NVSwitch errors are logged and recovered; a fatal one is not.
+
+
+def test_a_non_fatal_nvswitch_error_is_recorded_and_nothing_is_done() -> None:
+    got = decided("[ERROR] [tid 77] detected NVSwitch non-fatal error 20034 on fid 2 port 9")
+    assert verdict(got) == ("benign", "none", [])
+
+
+def test_a_fatal_nvswitch_error_is_still_the_gpu_fabric() -> None:
+    got = decided("[ERROR] [tid 77] detected NVSwitch fatal error 20034 on fid 2 port 9")
+    assert got["category"] == "gpu_hardware"
+
+
+# UCX giving up resending: the peer or the path stopped answering, not this host.
+
+
+def test_ucx_retry_exceeded_restarts_without_blaming_the_host() -> None:
+    got = decided(
+        "[cn-55:2001:0:2001] ib_mlx5_log.c:140  Transport retry count exceeded on "
+        "mlx5_4:1/RoCE (synd 0x15 vend 0x81 hw_synd 0/0)"
+    )
+    assert verdict(got) == ("interconnect_network", "restart", [])
+
+
+# A running agent that cannot connect to the rendezvous store at all has lost the store's host;
+# one whose heartbeat timed out is retrying, and says nothing by itself.
+
+
+def test_a_keepalive_that_cannot_connect_to_the_store_restarts() -> None:
+    got = decided(
+        "W0101 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1000] The node "
+        "'n7_55_0' has failed to send a keep-alive heartbeat to the rendezvous 'job9' due to "
+        "an error of type RendezvousConnectionError."
+    )
+    assert verdict(got) == ("interconnect_network", "restart", [])
+
+
+def test_a_keepalive_that_timed_out_once_is_only_noted() -> None:
+    got = decided(
+        "W0101 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1000] The node "
+        "'n7_55_0' has failed to send a keep-alive heartbeat to the rendezvous 'job9' due to "
+        "an error of type RendezvousTimeoutError."
+    )
+    assert verdict(got) == ("benign", "none", [])
+
+
+# Start-up includes resuming from a checkpoint, setting up model-parallel groups and building
+# the model: a process killed there is the job's own demand on host memory, and stops.
+
+
+def test_a_kill_while_resuming_from_a_checkpoint_is_start_up_and_stops() -> None:
+    got = decided(
+        "INFO trainer: resuming training from ckpt/step-4000",
+        "[launch.py:190:sigkill_handler] Killing subprocess 4411",
+    )
+    assert (got["category"], got["attribution"], got["action"]) == (
+        "node_or_process_failure",
+        "application",
+        "stop",
+    )
+
+
+def test_a_kill_after_model_parallel_init_is_start_up_and_stops() -> None:
+    got = decided(
+        "> initializing tensor parallel with size 4",
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+        "local_rank: 2 (pid: 812) of binary: /opt/py/bin/python",
+    )
+    assert (got["category"], got["action"]) == ("node_or_process_failure", "stop")
+
+
+def test_the_same_kill_after_training_steps_is_not_read_as_start_up() -> None:
+    got = decided(
+        "> initializing tensor parallel with size 4",
+        " iteration      300/  9000 | consumed samples: 9600 | lm loss: 3.1E+00 |",
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+        "local_rank: 2 (pid: 812) of binary: /opt/py/bin/python",
+    )
+    assert "rule startup:" not in str(got["explanation"])
+
+
+def test_an_nccl_system_error_while_building_the_model_is_start_up_and_stops() -> None:
+    got = decided(
+        '  File "/app/workers.py", line 77, in init_model',
+        "    torch.distributed.barrier()",
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:2000, "
+        "unhandled system error, NCCL version 2.21.5",
+    )
+    assert (got["category"], got["attribution"], got["action"]) == (
+        "interconnect_network",
+        "system_software",
+        "stop",
+    )
+
+
+# A run's own summary that finds its loss non-finite is divergence, whatever the layout.
+
+
+def test_a_metrics_check_finding_the_loss_non_finite_stops() -> None:
+    got = decided("WARNING: NaN/Inf detected in metrics: val_loss, accuracy, kl_loss")
+    assert (got["category"], got["action"]) == ("numerical_divergence", "stop")
+
+
+def test_a_metric_check_that_names_no_loss_is_not_divergence() -> None:
+    got = decided("note: NaN detected in metrics: throughput (no samples in window)")
+    assert got["category"] != "numerical_divergence"
+
+
+# Ranks that never meet in their first collectives (one still preparing its data) time out on
+# every run; the same timeout after training ran, or while communicators are torn down, is a
+# hang a restart rides out.
+
+WATCHDOG = (
+    "[rank3]:[E ProcessGroupNCCL.cpp:600] [Rank 3] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=4, OpType=BROADCAST, Timeout(ms)=1800000) ran for 1800042 "
+    "milliseconds before timing out."
+)
+
+
+def test_a_collective_timeout_while_a_rank_tokenizes_its_data_stops() -> None:
+    got = decided("Tokenizing the train split: 41% 8200/20000 [29:58<43:10]", WATCHDOG)
+    assert (got["category"], got["attribution"], got["action"]) == (
+        "nccl_timeout_hang",
+        "application",
+        "stop",
+    )
+    assert "timeout" in str(got["explanation"]).lower()
+
+
+def test_the_same_timeout_after_training_steps_restarts() -> None:
+    got = decided(
+        "Tokenizing the train split: 100% 20000/20000",
+        " iteration      900/  9000 | consumed samples: 9600 | lm loss: 3.1E+00 |",
+        WATCHDOG,
+    )
+    assert (got["category"], got["action"]) == ("nccl_timeout_hang", "restart")
+
+
+def test_a_communicator_torn_down_is_not_read_as_start_up() -> None:
+    got = decided(
+        "n12:301:340 [3] NCCL INFO comm 0x55aa rank 3 nranks 8 cudaDev 3 busId 1b000 - "
+        "Abort COMPLETE",
+        WATCHDOG,
+    )
+    assert got["action"] == "restart"
