@@ -289,6 +289,8 @@ class NodeGpuState(models.Model):
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
     host = models.CharField(max_length=255)
+    # ``sharding.stable_hash(host)``: a scan shard reads its own nodes' rows (hash mod shards).
+    host_hash = models.PositiveBigIntegerField()
     # GPU index -> {"job", "pci", "xid", "dbe"}, as ``gpu_faults.read_scrape`` reads them.
     gpus = models.JSONField(default=dict)
 

@@ -7,7 +7,7 @@ GPU between scrapes), so one pass groups them and every detector looks up its ow
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,10 +41,13 @@ class ScrapeByHost:
             if Dcgm.GPU_UTIL in gauges
         ]
 
-    def gpu_state(self) -> GpuState:
-        """Each GPU's job, PCI address, last Xid code and double-bit ECC count."""
+    def gpu_state(self, owned: Callable[[str], bool] | None = None) -> GpuState:
+        """Each GPU's job, PCI address, last Xid code and double-bit ECC count (of the hosts
+        ``owned`` says yes to, or of every host)."""
         state: GpuState = {}
         for host, gpus in self.labels.items():
+            if owned is not None and not owned(host):
+                continue
             readings = self.readings[host]
             for gpu, (job, pci) in gpus.items():
                 entry: dict[str, Any] = {"job": job}
@@ -59,15 +62,24 @@ class ScrapeByHost:
         return state
 
 
-def read_by_host(samples: Iterable[MetricSample]) -> ScrapeByHost:
+def read_by_host(
+    samples: Iterable[MetricSample], keep: Callable[[str], bool] | None = None
+) -> ScrapeByHost:
     """One pass over a scrape; a later sample of the same gauge wins, labels come from the
-    GPU's first sample (its PCI id from the first that has one)."""
+    GPU's first sample (its PCI id from the first that has one). With ``keep``, only the hosts
+    it says yes to (asked once per host) are kept: a scan shard's own."""
     readings: dict[str, GpuReadings] = {}
     labels: dict[str, dict[int, list[Any]]] = {}
+    left_out: set[str] = set()
     for sample in samples:
         host, gpu = sample.host, sample.gpu
         of_host = readings.get(host)
         if of_host is None:
+            if host in left_out:
+                continue
+            if keep is not None and not keep(host):
+                left_out.add(host)
+                continue
             of_host = readings[host] = {}
             labels[host] = {}
         gauges = of_host.get((host, gpu))

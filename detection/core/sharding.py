@@ -1,6 +1,6 @@
-"""Which scan shard owns a job: a stable hash of its job id, the same in every worker process
-and every release (Python's own ``hash`` of a string changes per process), so a job's lines,
-monitors and pending lines are always handled by one shard."""
+"""Which scan shard owns a job, and a node's GPU state: a stable hash of the job id (or host),
+the same in every worker process and every release (Python's own ``hash`` of a string changes
+per process), so a job's lines, monitors and pending lines are always handled by one shard."""
 
 from __future__ import annotations
 
@@ -10,11 +10,17 @@ MIN_SCAN_SHARDS = 1
 MAX_SCAN_SHARDS = 64
 
 
-def shard_of(job_id: str, shards: int) -> int:
-    """The shard (0 .. shards-1) that owns ``job_id``; with one shard, always 0."""
+def stable_hash(text: str) -> int:
+    """A hash of ``text`` that every process and release agrees on (0 .. 2**32 - 1)."""
+    return zlib.crc32(text.encode("utf-8", "surrogatepass"))
+
+
+def shard_of(key: str, shards: int) -> int:
+    """The shard (0 .. shards-1) that owns ``key`` (a job id, or a host for its GPU state);
+    with one shard, always 0."""
     if shards <= 1:
         return 0
-    return zlib.crc32(job_id.encode("utf-8", "surrogatepass")) % shards
+    return stable_hash(key) % shards
 
 
 def scan_shards_problems(shards: object) -> list[str]:

@@ -106,6 +106,17 @@ def _check_running_attempts(
                 summary.count(record_interruption(attempt, finding, now))
 
 
+def _running_nodes(cluster: Cluster, part: Shard) -> set[str]:
+    """The nodes the shard's running attempts run on."""
+    running = Attempt.objects.filter(cluster=cluster, state="RUNNING", ended_at__isnull=True)
+    return {
+        node
+        for job_id, nodes in running.values_list("job_id", "nodes")
+        if part.owns(job_id)
+        for node in nodes or ()
+    }
+
+
 def _check_ended_attempts(cluster: Cluster, now: datetime, summary: ScanSummary) -> None:
     """The scheduler's own word: an attempt that ended FAILED, NODE_FAIL, TIMEOUT ... is an
     interruption even when no log line said why."""

@@ -37,6 +37,10 @@ class Shard:
     def owns(self, job_id: str) -> bool:
         return shard_of(job_id, self.of) == self.number
 
+    def owns_host(self, host: str) -> bool:
+        """The shard that keeps ``host``'s GPU state and finds its metric faults."""
+        return shard_of(host, self.of) == self.number
+
     @property
     def leads(self) -> bool:
         """Shard 0 does the cluster-wide part of a scan."""

@@ -9,9 +9,9 @@ from fleet.models import Cluster
 
 from ..anomalies import resolve_settled
 from ..services import cluster_sources, detection_settings_of, scan_lease
-from .checks import _check_ended_attempts, _check_running_attempts
+from .checks import _check_ended_attempts, _check_running_attempts, _running_nodes
 from .common import NODE_LOG_SOURCES, ScanSummary, Shard
-from .metrics import _read_metrics, _scrape_metrics
+from .metrics import _read_metrics
 from .reading import _adopt_pending_lines, _read_log_source
 
 
@@ -44,10 +44,8 @@ def scan_cluster(
             _read_log_source(cluster, name, source, now, config, summary, deadline, part)
             for name, source in sources.logs.items()
         ]
-        if part.leads:
-            scrape, metrics = _read_metrics(cluster, sources, now, summary)
-        else:
-            scrape, metrics = _scrape_metrics(sources, now)
+        nodes = _running_nodes(cluster, part) if part.of > 1 else ()
+        scrape, metrics = _read_metrics(cluster, sources, now, summary, part, nodes)
         # Node logs carry no job's progress: their silence says nothing of a hang.
         progress = [r for r in readings if r.name not in NODE_LOG_SOURCES]
         _check_running_attempts(cluster, now, config, scrape, progress, metrics, summary, part)

@@ -1,53 +1,73 @@
-"""Reading the metrics source: shard 0 keeps its cursor and records the GPU faults it shows;
-the other shards take the samples alone."""
+"""Reading the metrics source: each shard keeps the GPU state of its own nodes (by host hash)
+and records the faults it shows, and takes the samples of the nodes its attempts run on;
+shard 0 keeps the source's health."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models.functions import Mod
 
 from detection.core.detectors.gpu_faults import detect_metric_faults
 from detection.core.gaps import SourceReading
 from detection.core.interruption import Interruption
 from detection.core.scrape import GpuState, ScrapeByHost, read_by_host
+from detection.core.sharding import stable_hash
 from detection.sources.base import SourceUnavailable
 from detection.sources.config import ClusterSources
 from fleet.models import Cluster
 
 from ..anomalies import record_interruption
 from ..models import NodeGpuState, SourceCursor
-from .common import MAX_HOST_CHARS, ScanSummary
+from .common import MAX_HOST_CHARS, WHOLE, ScanSummary, Shard
 from .reading import _mark_unhealthy
 from .routing import _attempts_by_host, _attempts_of_jobs, attempt_at
 
 
 def _read_metrics(
-    cluster: Cluster, sources: ClusterSources, now: datetime, summary: ScanSummary
+    cluster: Cluster,
+    sources: ClusterSources,
+    now: datetime,
+    summary: ScanSummary,
+    part: Shard = WHOLE,
+    nodes: Collection[str] = (),
 ) -> tuple[ScrapeByHost, SourceReading | None]:
+    """The scrape, by host, of the shard's own nodes (their GPU state and faults) and of
+    ``nodes`` (where its running attempts run). Shard 0 keeps the source's health."""
     if sources.metrics is None:
         return ScrapeByHost(), None
-    row, _ = SourceCursor.objects.get_or_create(cluster=cluster, source="metrics")
+    row = (
+        SourceCursor.objects.get_or_create(cluster=cluster, source="metrics")[0]
+        if part.leads
+        else None
+    )
     try:
         scrape = sources.metrics.scrape(now)
     except SourceUnavailable as exc:
-        _mark_unhealthy(row, exc, summary)
+        if row is not None:
+            _mark_unhealthy(row, exc, summary)
         return ScrapeByHost(), SourceReading("metrics", reachable=False, error=str(exc))
-    by_host = read_by_host(scrape.samples)
-    current = by_host.gpu_state()
+    if part.of == 1:
+        by_host = read_by_host(scrape.samples)
+    else:
+        wanted = set(nodes)
+        by_host = read_by_host(scrape.samples, lambda h: part.owns_host(h) or h in wanted)
+    current = by_host.gpu_state(None if part.of == 1 else part.owns_host)
     with transaction.atomic():
-        stored = _stored_gpu_states(cluster)
+        stored = _stored_gpu_states(cluster, part)
         previous = {
             f"{host}/{gpu}": entry for host, gpus in stored.items() for gpu, entry in gpus.items()
         }
         for fault in detect_metric_faults(previous, current, now):
             _record_metric_fault(cluster, fault, now, summary)
         _store_gpu_states(cluster, stored, current)
-        # The GPUs' state lives in NodeGpuState; the cursor row says whether the source is healthy.
-        row.cursor, row.healthy, row.last_error, row.last_success_at = {}, True, "", now
-        row.save()
+        if row is not None:
+            # The GPUs' state is in NodeGpuState; the cursor row says whether the source is up.
+            row.cursor, row.healthy, row.last_error, row.last_success_at = {}, True, "", now
+            row.save()
     return by_host, SourceReading("metrics", reachable=True)
 
 
@@ -55,8 +75,11 @@ def _read_metrics(
 STATE_CHUNK = 500
 
 
-def _stored_gpu_states(cluster: Cluster) -> dict[str, dict[str, dict[str, Any]]]:
-    return dict(NodeGpuState.objects.filter(cluster=cluster).values_list("host", "gpus"))
+def _stored_gpu_states(cluster: Cluster, part: Shard) -> dict[str, dict[str, dict[str, Any]]]:
+    rows = NodeGpuState.objects.filter(cluster=cluster)
+    if part.of > 1:
+        rows = rows.alias(bucket=Mod("host_hash", part.of)).filter(bucket=part.number)
+    return dict(rows.values_list("host", "gpus"))
 
 
 def _store_gpu_states(
@@ -74,7 +97,10 @@ def _store_gpu_states(
     changed = [h for h in by_host if h in stored and stored[h] != by_host[h]]
     gone = [h for h in stored if h not in by_host]
     NodeGpuState.objects.bulk_create(
-        (NodeGpuState(cluster=cluster, host=h, gpus=by_host[h]) for h in new),
+        (
+            NodeGpuState(cluster=cluster, host=h, host_hash=stable_hash(h), gpus=by_host[h])
+            for h in new
+        ),
         batch_size=STATE_CHUNK,
     )
     rows = NodeGpuState.objects.filter(cluster=cluster)
@@ -91,20 +117,6 @@ def _store_gpu_states(
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-def _scrape_metrics(
-    sources: ClusterSources, now: datetime
-) -> tuple[ScrapeByHost, SourceReading | None]:
-    """The samples alone, for a shard's own attempts: shard 0 keeps the metrics cursor and
-    records the faults it shows, and says when the source is down."""
-    if sources.metrics is None:
-        return ScrapeByHost(), None
-    try:
-        scrape = sources.metrics.scrape(now)
-    except SourceUnavailable as exc:
-        return ScrapeByHost(), SourceReading("metrics", reachable=False, error=str(exc))
-    return read_by_host(scrape.samples), SourceReading("metrics", reachable=True)
 
 
 def _record_metric_fault(

@@ -7,6 +7,8 @@ import pytest
 from django.db import connection
 
 from detection import scan
+from detection import services as detection
+from detection.core.sharding import shard_of
 from detection.core.telemetry import Dcgm, MetricSample
 from detection.models import Anomaly, NodeGpuState
 from detection.sources.config import ClusterSources
@@ -117,3 +119,29 @@ def test_a_metric_label_too_long_for_a_host_name_is_not_kept(large_cluster) -> N
     metrics.publish(gpu_samples(T0, ["gpu-00001", "x" * 300]))
     scan_with(cluster, sources, T0 + timedelta(seconds=5))
     assert list(NodeGpuState.objects.values_list("host", flat=True)) == ["gpu-00001"]
+
+
+def test_shards_split_the_nodes_gpu_state_and_each_finds_its_own_nodes_faults(
+    large_cluster,
+) -> None:
+    """With the scan in shards, each keeps (and compares) the GPU state of its own nodes, so
+    the cluster-wide work is split, and a fault is found once, by the node's shard."""
+    cluster, metrics, sources = large_cluster
+    detection.update_detection_settings("test", cluster, scan_shards=3)
+    hosts = [f"gpu-{n:05d}" for n in range(1, 301)]
+    metrics.publish(gpu_samples(T0, hosts))
+    read_by = {}
+    for shard in range(3):
+        scan.scan_cluster(cluster, T0 + timedelta(seconds=5), sources, shard=shard)
+        read_by[shard] = set(NodeGpuState.objects.values_list("host", flat=True)) - set().union(
+            *read_by.values()
+        )
+    assert set().union(*read_by.values()) == set(hosts)
+    assert all(50 < len(own) < 150 for own in read_by.values()), read_by
+    assert all(shard_of(h, 3) == shard for shard, own in read_by.items() for h in own)
+
+    metrics.publish(gpu_samples(T0 + timedelta(seconds=10), hosts, xid_on={"gpu-00001": 79}))
+    for shard in range(3):
+        scan.scan_cluster(cluster, T0 + timedelta(seconds=15), sources, shard=shard)
+    anomaly = Anomaly.objects.get()
+    assert (anomaly.category, anomaly.implicated_hosts) == ("gpu_hardware", ["gpu-00001"])

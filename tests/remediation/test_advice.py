@@ -7,6 +7,7 @@ from detection.anomalies import Recorded, record_interruption
 from detection.core.context import DiagnosisContext
 from detection.core.diagnosis import diagnose_lines
 from detection.core.interruption import Confidence, Evidence, Interruption
+from detection.core.sharding import stable_hash
 from detection.models import Anomaly, NodeGpuState
 from fleet import services as console
 from fleet.core.taxonomy import Attribution, Category, ConfidenceLabel, Kind
@@ -268,12 +269,13 @@ def test_advice_on_the_schedulers_word_alone_waits_for_log_evidence(cluster) -> 
 def test_an_xid_line_without_a_host_names_the_node_whose_gpu_metrics_reported_it(cluster) -> None:
     attempt = running_attempt(cluster, nodes=("n1", "n2", "n3"))
     # dcgm-exporter's labels, as the metrics source keeps them per node between scrapes.
-    NodeGpuState.objects.create(
-        cluster=cluster, host="n3", gpus={"2": {"job": "100", "xid": 79, "pci": "00000000:3B:00.0"}}
-    )
-    NodeGpuState.objects.create(
-        cluster=cluster, host="n1", gpus={"2": {"job": "100", "xid": 0, "pci": "00000000:3B:00.0"}}
-    )
+    for host, xid in (("n3", 79), ("n1", 0)):
+        NodeGpuState.objects.create(
+            cluster=cluster,
+            host=host,
+            host_hash=stable_hash(host),
+            gpus={"2": {"job": "100", "xid": xid, "pci": "00000000:3B:00.0"}},
+        )
     anomaly_on(attempt, hosts=(), root_cause="nvrm_xid", pci_ids=("0000:3b:00",))
     services.advise_cluster(cluster, T0)
     advice = Advice.objects.get()
