@@ -32,6 +32,16 @@ class MemoryLogSource:
             self._lines.append(line)
             self._pushed += 1
 
+    @property
+    def pushed(self) -> int:
+        """How many lines were pushed so far (the number of the newest)."""
+        return self._pushed
+
+    def since(self, number: int) -> list[LogLine]:
+        """The lines pushed after line ``number`` that are still kept."""
+        first_kept = self._pushed - len(self._lines)
+        return list(islice(self._lines, max(0, number - first_kept), None))
+
     def fetch(self, cursor: dict[str, Any] | None, now: datetime) -> LogBatch:
         read = int((cursor or {}).get("read", 0))
         # Line numbers count every push, so a cursor keeps its meaning after old lines are dropped.

@@ -6,18 +6,18 @@ The simulator runs ahead of detection one round at a time, so each scan reads a 
 lines, as a scan does when telemetry arrives faster than one poll handles. Its output goes to
 two clusters of the same database alike (the same lines, scrapes and snapshots): one scanned
 whole by one worker process, the other split in two shards (``scan_shards``) scanned by two
-worker processes at once, as two Celery workers would. The workers are forked for each round,
-after the round's output is in memory, so each reads the round from its in-process source
-while all of them write to the one database; the two setups take turns going first. Only the
-workers are timed (from the fork to the last exit) and their database queries counted; the
-simulator's own work is not part of any figure. Afterwards the two clusters' stored evidence
-is compared: sharding must change how fast, never what is recorded.
+worker processes at once, as two Celery workers would. The workers are long-lived (``workers.
+WorkerPool``): each round's output is handed to each of them before they scan, so each reads
+it from its own memory while all of them write to the one database; the two setups take turns
+going first. Only the scans are timed (from the start of the first to the end of the last) and
+their database queries counted; the simulator's own work is not part of any figure.
+Afterwards the two clusters' stored evidence is compared: sharding must change how fast, never
+what is recorded.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,7 +28,6 @@ from django.db.backends.sqlite3.creation import DatabaseCreation as SQLiteCreati
 from detection import services as detection
 from detection.models import Anomaly, AttemptMonitor
 from detection.scan import scan_cluster
-from detection.sources.config import ClusterSources
 from fleet import services
 from fleet.models import Cluster
 from lab.demo.runner import ACTOR as SIMULATOR
@@ -37,7 +36,7 @@ from lab.demo.runner import SimulationRunner
 from .loop import ACTOR, START, simulated_cluster
 from .progress_bar import Tick
 from .scale import NODES_PER_JOB, WARM_UP_STEPS, nodes_for
-from .workers import peak_rss_mb, run_workers
+from .workers import WorkerPool, peak_rss_mb
 
 # Simulated seconds between scans: each scan reads this much output of every job at once.
 ROUND_S = 30.0
@@ -63,6 +62,7 @@ class Setup:
     private_mb: list[float] = field(default_factory=list)
     busy_seconds: list[float] = field(default_factory=list)
     cpu_seconds: list[float] = field(default_factory=list)
+    pool: WorkerPool | None = None
 
     def __post_init__(self) -> None:
         self.peak_rss_mb = [0.0] * self.workers
@@ -70,11 +70,12 @@ class Setup:
         self.busy_seconds = [0.0] * self.workers
         self.cpu_seconds = [0.0] * self.workers
 
-    def scan(self, now: datetime, sources: ClusterSources) -> int:
+    def scan(self, now: datetime) -> int:
         """One round: every shard at once, each in a worker process of its own."""
-        started = time.perf_counter()
-        runs = run_workers(self.cluster, now, sources, self.workers)
-        self.seconds += time.perf_counter() - started
+        if self.pool is None:
+            raise RuntimeError("the setup's workers were not started")
+        seconds, runs = self.pool.cycle(now)
+        self.seconds += seconds
         # Every shard reads every line and keeps its own jobs': a round is one shard's reading.
         read = {run.lines for run in runs}
         if len(read) != 1:
@@ -95,7 +96,7 @@ class Setup:
             "lines": self.lines,
             "seconds": round(self.seconds, 2),
             "lines_per_s": round(self.lines / self.seconds) if self.seconds else None,
-            # The workers' own scan time (the slowest's, each round), without fork and exit.
+            # The workers' own scan time (the slowest's, each round).
             "scan_seconds": round(self.scan_seconds, 2),
             "queries": self.queries,
             "queries_per_1000_lines": (
@@ -159,17 +160,24 @@ def measure_ingest(
     # Others' work on the machine takes cores from the workers: the load is reported with them.
     load_before = os.getloadavg()[0]
     rounds = 0
-    while setups[0].lines < lines:
-        step(ROUND_S)
-        before = setups[0].lines
-        # Turn about, so neither setup always runs first after the simulator.
-        for setup in setups if rounds % 2 == 0 else setups[::-1]:
-            setup.scan(runner.now, sources)
-        rounds += 1
-        tick(min(1.0, setups[0].lines / lines))
-        # Nothing restarts a failed job here: once every job has failed, no more lines come.
-        if setups[0].lines == before:
-            break
+    for setup in setups:
+        setup.pool = WorkerPool(setup.cluster, sources, setup.workers)
+    try:
+        while setups[0].lines < lines:
+            step(ROUND_S)
+            before = setups[0].lines
+            # Turn about, so neither setup always runs first after the simulator.
+            for setup in setups if rounds % 2 == 0 else setups[::-1]:
+                setup.scan(runner.now)
+            rounds += 1
+            tick(min(1.0, setups[0].lines / lines))
+            # Nothing restarts a failed job here: once every job has failed, no more lines come.
+            if setups[0].lines == before:
+                break
+    finally:
+        for setup in setups:
+            if setup.pool is not None:
+                setup.pool.close()
     one, two = setups
     stored = [stored_evidence(setup.cluster) for setup in setups]
     first, second = (setup.figures() for setup in setups)
@@ -251,7 +259,8 @@ def _parallelism() -> dict[str, Any]:
     """How the workers ran, and whether the database let them run side by side."""
     shared = connection.vendor != "sqlite"
     return {
-        "processes": "forked for each round, one per shard, each with its own connection",
+        "processes": "long-lived, one per shard, each with its own connection and its own copy"
+        " of each round's output",
         "database": connection.vendor,
         "meaningful": shared,
         "note": (

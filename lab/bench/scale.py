@@ -36,7 +36,7 @@ from remediation.services import advise_cluster, issue_controller_token
 
 from .loop import ACTOR, POLL_S, START, simulated_cluster
 from .progress_bar import Tick
-from .workers import QueryCounter, WorkerRun, current_rss_mb, run_workers
+from .workers import QueryCounter, WorkerPool, current_rss_mb
 
 # Jobs of 1–4 nodes of 8 GPUs; two and a half nodes per workload leave room for exclusions.
 NODES_PER_JOB = (1, 4)
@@ -128,8 +128,8 @@ def measure_cycle(workloads: int, seed: int, cycles: int, tick: Tick) -> dict[st
 
 
 ADVICE_READS_PER_CYCLE = 20
-# Scan worker processes besides the console's own in-process scan (one worker).
-WORKER_COUNTS = (2, 4)
+# Scan worker processes (long-lived, one shard each), besides the console's in-process scan.
+WORKER_COUNTS = (1, 2, 4)
 
 
 def _cycles_with_workers(
@@ -140,71 +140,81 @@ def _cycles_with_workers(
     workers: int,
     cycles: int,
 ) -> list[dict[str, Any]]:
-    """``cycles`` cycles whose scan is split in ``workers`` shards, each scanned by a worker
-    process of its own at once (forked, as Celery workers on as many cores); the snapshot, the
-    advice and the controller run in the console's process as before."""
+    """``cycles`` cycles whose scan is split in ``workers`` shards, each scanned by a
+    long-lived worker process of its own at once (as Celery workers on as many cores); the
+    snapshot, the advice and the controller run in the console's process as before."""
     detection.update_detection_settings(ACTOR, cluster, scan_shards=workers)
     sources = runner.sources
     if sources is None:
         raise RuntimeError("an in-process simulation runner has in-process sources")
+    pool = WorkerPool(cluster, sources, workers)
     measured = []
-    for _ in range(cycles):
-        body = advisor.snapshot_body(_advance(runner, POLL_S))
-        snapshot_s, _, _ = timed(partial(advisor.post_snapshot, body))
-        started = time.perf_counter()
-        runs: list[WorkerRun] = run_workers(cluster, runner.now, sources, workers)
-        scan_s = time.perf_counter() - started
-        advise_s, _, _ = timed(lambda: advise_cluster(cluster, runner.now))
-        controller_s, _, _ = timed(controller.cycle)
-        measured.append(
-            {
-                "snapshot": snapshot_s,
-                "scan": scan_s,
-                "cycle": scan_s + advise_s + controller_s,
-                "peak_rss_mb": [run.peak_rss_mb for run in runs],
-                "private_mb": [run.private_mb for run in runs],
-            }
-        )
+    try:
+        for _ in range(cycles):
+            body = advisor.snapshot_body(_advance(runner, POLL_S))
+            snapshot_s, _, _ = timed(partial(advisor.post_snapshot, body))
+            scan_s, runs = pool.cycle(runner.now)
+            advise_s, _, _ = timed(lambda: advise_cluster(cluster, runner.now))
+            controller_s, _, _ = timed(controller.cycle)
+            measured.append(
+                {
+                    "snapshot": snapshot_s,
+                    "scan": scan_s,
+                    "cycle": scan_s + advise_s + controller_s,
+                    "peak_rss_mb": [run.peak_rss_mb for run in runs],
+                    "lines": sum(run.lines for run in runs),
+                }
+            )
+    finally:
+        pool.close()
     # Back to one shard, as the rest of the bench expects.
     detection.update_detection_settings(ACTOR, cluster, scan_shards=1)
     return measured
 
 
 def _worker_figures(
-    one: dict[str, list[tuple[float, int]]], by_workers: dict[int, list[dict[str, Any]]]
+    in_process: dict[str, list[tuple[float, int]]], by_workers: dict[int, list[dict[str, Any]]]
 ) -> dict[str, Any]:
-    """Medians of the cycle with 1, 2 and 4 scan workers, and the speed-up over one."""
-    one_scan = statistics.median(s for s, _ in one["scan"])
-    one_cycle = statistics.median(
-        sum(one[name][i][0] for name in PART_NAMES if name != "snapshot")
-        for i in range(len(one["scan"]))
-    )
-    one_snapshot = statistics.median(s for s, _ in one["snapshot"])
+    """Medians of the cycle with the console's own scan and with 1, 2 and 4 scan worker
+    processes, and the speed-up of more workers over one worker process."""
     out: dict[str, Any] = {
-        "1": {
-            "scan_seconds": round(one_scan, 3),
-            "cycle_seconds": round(one_cycle, 3),
-            "with_snapshot_seconds": round(one_cycle + one_snapshot, 3),
-            "in_process": True,
+        "in_process": {
+            "scan_seconds": round(statistics.median(s for s, _ in in_process["scan"]), 3),
+            "cycle_seconds": round(
+                statistics.median(
+                    sum(in_process[name][i][0] for name in PART_NAMES if name != "snapshot")
+                    for i in range(len(in_process["scan"]))
+                ),
+                3,
+            ),
         }
     }
+    medians = {
+        workers: {
+            part: statistics.median(c[part] for c in cycles)
+            for part in ("scan", "cycle", "snapshot")
+        }
+        for workers, cycles in by_workers.items()
+    }
+    one = medians.get(1)
     for workers, cycles in by_workers.items():
-        scan = statistics.median(c["scan"] for c in cycles)
-        cycle = statistics.median(c["cycle"] for c in cycles)
-        snapshot = statistics.median(c["snapshot"] for c in cycles)
-        out[str(workers)] = {
-            "scan_seconds": round(scan, 3),
-            "cycle_seconds": round(cycle, 3),
-            "with_snapshot_seconds": round(cycle + snapshot, 3),
-            "scan_speedup": round(one_scan / scan, 2) if scan else None,
-            "cycle_speedup": round(one_cycle / cycle, 2) if cycle else None,
-            # Each cycle's workers are forked afresh: their peak holds what they share with
-            # the console's process, and what they allocate alone is the private figure.
+        median = medians[workers]
+        out[f"{workers}_workers"] = {
+            "scan_seconds": round(median["scan"], 3),
+            "cycle_seconds": round(median["cycle"], 3),
+            "with_snapshot_seconds": round(median["cycle"] + median["snapshot"], 3),
+            "scan_speedup": _ratio(one["scan"], median["scan"]) if one else None,
+            "cycle_speedup": _ratio(one["cycle"], median["cycle"]) if one else None,
+            "lines_per_cycle": [c["lines"] for c in cycles],
+            # Long-lived processes: a peak that grew from cycle to cycle would be a leak.
             "peak_rss_mb_per_worker_by_cycle": [c["peak_rss_mb"] for c in cycles],
-            "private_mb_per_worker_by_cycle": [c["private_mb"] for c in cycles],
         }
     out["cpus"] = os.cpu_count()
     return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 2) if b else None
 
 
 def p95(values: list[float]) -> float:

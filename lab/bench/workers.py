@@ -1,9 +1,10 @@
-"""Worker processes for the bench: each forked to scan one shard of a cluster, as a Celery
-worker would, against the same database; they report their time, queries and memory."""
+"""Worker processes for the bench: long-lived, each scanning one shard of a cluster, as Celery
+workers do, against the same database; they report their time, queries and memory."""
 
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import resource
 import time
 import traceback
@@ -48,70 +49,6 @@ class WorkerRun:
     private_mb: float
 
 
-def run_workers(
-    cluster: Cluster, now: datetime, sources: ClusterSources, workers: int
-) -> list[WorkerRun]:
-    """Fork ``workers`` processes, each scanning its shard of ``cluster`` at ``now``; wait for
-    all. The bench's own connections are closed first, so no process shares a socket."""
-    connections.close_all()
-    fork = multiprocessing.get_context("fork")
-    started = []
-    for shard in range(workers):
-        receive, send = fork.Pipe(duplex=False)
-        process = fork.Process(
-            target=_worker, args=(send, cluster, now, sources, shard), daemon=True
-        )
-        process.start()
-        send.close()
-        started.append((process, receive))
-    runs, failures = [], []
-    for process, receive in started:
-        try:
-            outcome = receive.recv()
-        except EOFError:
-            outcome = "the worker exited without a word"
-        process.join()
-        if isinstance(outcome, WorkerRun) and process.exitcode == 0:
-            runs.append(outcome)
-        else:
-            failures.append(f"exit {process.exitcode}: {outcome}")
-    if failures:
-        raise RuntimeError("a worker process failed:\n" + "\n".join(failures))
-    return runs
-
-
-def _worker(
-    send: Connection, cluster: Cluster, now: datetime, sources: ClusterSources, shard: int
-) -> None:
-    """One worker process: scan one shard and report; it opens its own database connection."""
-    try:
-        counter = QueryCounter()
-        with connection.execute_wrapper(counter):
-            started = time.perf_counter()
-            summary = scan_cluster(cluster, now, sources, shard=shard)
-            seconds = time.perf_counter() - started
-        if summary.skipped:
-            raise RuntimeError(f"shard {shard} was skipped: its lease was held")
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        send.send(
-            WorkerRun(
-                shard,
-                summary.lines,
-                counter.count,
-                seconds,
-                usage.ru_utime + usage.ru_stime,
-                peak_rss_mb(),
-                private_mb(),
-            )
-        )
-    except BaseException:
-        send.send(traceback.format_exc())
-        raise
-    finally:
-        connections.close_all()
-        send.close()
-
-
 def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
@@ -138,3 +75,112 @@ def current_rss_mb() -> float:
     except OSError:
         return 0.0
     return round(pages * resource.getpagesize() / 2**20, 1)
+
+
+class WorkerPool:
+    """Long-lived scan worker processes, one per shard, as Celery workers are: forked once, each
+    with its own copy of the in-process sources, and fed every cycle with the new log lines and
+    the scrape over a pipe. What a worker scans is then its own memory, as what a Celery worker
+    reads from Loki or Prometheus is, not pages it shares with the bench (touching those would
+    copy them, a cost no real worker has). Each cycle the workers first take their data, then
+    all scan at once; the scan is what is timed."""
+
+    def __init__(self, cluster: Cluster, sources: ClusterSources, workers: int) -> None:
+        self.workers = workers
+        self._sources = sources
+        self._log = sources.logs["memory"]
+        self._sent = self._log.pushed  # type: ignore[attr-defined]
+        connections.close_all()
+        fork = multiprocessing.get_context("fork")
+        self._pipes: list[Connection] = []
+        self._processes = []
+        for shard in range(workers):
+            ours, theirs = fork.Pipe()
+            process = fork.Process(
+                target=_pooled_worker, args=(theirs, cluster, sources, shard), daemon=True
+            )
+            process.start()
+            theirs.close()
+            self._pipes.append(ours)
+            self._processes.append(process)
+
+    def cycle(self, now: datetime) -> tuple[float, list[WorkerRun]]:
+        """Hand every worker the cycle's data, then let them scan at once: the wall time from
+        the start to the last worker's end, and what each did."""
+        lines = self._log.since(self._sent)  # type: ignore[attr-defined]
+        self._sent = self._log.pushed  # type: ignore[attr-defined]
+        metrics = self._sources.metrics
+        samples = metrics.scrape(now).samples if metrics is not None else ()
+        data = pickle.dumps((lines, samples), protocol=pickle.HIGHEST_PROTOCOL)
+        for pipe in self._pipes:
+            pipe.send_bytes(data)
+        self._expect("ready")
+        started = time.perf_counter()
+        for pipe in self._pipes:
+            pipe.send(now)
+        runs = self._expect("done")
+        return time.perf_counter() - started, runs
+
+    def close(self) -> None:
+        for pipe in self._pipes:
+            pipe.send_bytes(b"")  # no data: stop
+        for process in self._processes:
+            process.join()
+
+    def _expect(self, word: str) -> list[WorkerRun]:
+        runs, failures = [], []
+        for pipe in self._pipes:
+            reply = pipe.recv()
+            if isinstance(reply, WorkerRun):
+                runs.append(reply)
+            elif reply != word:
+                failures.append(str(reply))
+        if failures:
+            self.close()
+            raise RuntimeError("a worker process failed:\n" + "\n".join(failures))
+        return runs
+
+
+def _pooled_worker(pipe: Connection, cluster: Cluster, sources: ClusterSources, shard: int) -> None:
+    """One long-lived worker: take each cycle's data into its own sources, scan its shard when
+    told, report; until told to stop. It opens its own database connection."""
+    log, metrics = sources.logs["memory"], sources.metrics
+    try:
+        while True:
+            data = pipe.recv_bytes()
+            if not data:
+                return
+            # The bench's own process wrote it, pickled once for every worker (Pipe.recv would
+            # pickle it again per worker).
+            lines, samples = pickle.loads(data)  # noqa: S301
+            log.push(lines)  # type: ignore[attr-defined]
+            if metrics is not None:
+                metrics.publish(samples)  # type: ignore[attr-defined]
+            del data, lines, samples
+            pipe.send("ready")
+            now = pipe.recv()
+            counter = QueryCounter()
+            cpu_before = time.process_time()
+            with connection.execute_wrapper(counter):
+                started = time.perf_counter()
+                summary = scan_cluster(cluster, now, sources, shard=shard)
+                seconds = time.perf_counter() - started
+            if summary.skipped:
+                raise RuntimeError(f"shard {shard} was skipped: its lease was held")
+            pipe.send(
+                WorkerRun(
+                    shard,
+                    summary.lines,
+                    counter.count,
+                    seconds,
+                    time.process_time() - cpu_before,
+                    peak_rss_mb(),
+                    private_mb(),
+                )
+            )
+    except BaseException:
+        pipe.send(traceback.format_exc())
+        raise
+    finally:
+        connections.close_all()
+        pipe.close()
