@@ -10,7 +10,8 @@ from datetime import datetime
 from detection.core.checkpoints import parse_checkpoint
 from detection.core.config import DetectorConfig
 from detection.core.constants import Role
-from detection.core.progress import parse_progress
+from detection.core.detectors.hang import TrackedEvent
+from detection.core.progress import Progress, parse_progress
 from detection.core.telemetry import LogLine
 
 from ..models import AttemptMonitor
@@ -41,29 +42,36 @@ class Observed:
 def observe(monitor: AttemptMonitor, lines: Sequence[LogLine], config: DetectorConfig) -> Observed:
     """Feed an attempt's new lines to its progress tracker and keep the lines that matched."""
     tracker = _tracker(monitor)
-    history = _history(monitor)
-    loss, peak = _loss(monitor)
     checkpoint = _checkpoint(monitor)
     reported_before = tracker.reports > 0
+    # Each line read once; the detectors then take the scan's events of this attempt at once.
+    events: list[TrackedEvent] = []
     for line in lines:
         progress = parse_progress(line.text, config.progress_pattern)
-        if progress is None:
-            event = parse_checkpoint(line.text)
-            if event is not None:
-                tracker = tracker.observe_checkpoint(line.at, event)
-                checkpoint = checkpoint.observe(line.at, event)
+        if progress is not None:
+            events.append((line.at, progress, line.text))
+            checkpoint = checkpoint.observe_progress(line.at)
             continue
-        tracker = tracker.observe(line.at, progress, line.text, config.hang.smoothing)
-        checkpoint = checkpoint.observe_progress(line.at)
-        if progress.throughput is not None and tracker.last_progress_at == line.at:
-            history = history.add(line.at, progress.throughput, config.straggler)
-        if progress.loss is not None and tracker.last_progress_at == line.at:
-            before = loss.peak_at
-            # Where the peak was: its step, or the reading's number when the format has none.
-            at = progress.step if progress.step is not None else loss.readings + 1
-            loss = loss.add(progress.loss, at, progress.step)
-            if loss.peak_at != before:
-                peak = {"at": line.at.isoformat(), "text": line.text[:2000]}
+        event = parse_checkpoint(line.text)
+        if event is not None:
+            events.append((line.at, event, line.text))
+            checkpoint = checkpoint.observe(line.at, event)
+    tracker, current = tracker.observe_batch(events, config.hang.smoothing)
+    # The reports progress stood at: their throughput and loss count.
+    counted = [
+        (at, report, text)
+        for (at, report, text), now in zip(events, current, strict=True)
+        if now and isinstance(report, Progress)
+    ]
+    history = _history(monitor).add_many(
+        [(at, p.throughput) for at, p, _ in counted if p.throughput is not None], config.straggler
+    )
+    with_loss = [(at, p.loss, p.step, text) for at, p, text in counted if p.loss is not None]
+    loss, peak = _loss(monitor)
+    loss, moved = loss.add_many([(value, step) for _, value, step, _ in with_loss])
+    if moved is not None:
+        at, _, _, text = with_loss[moved]
+        peak = {"at": at.isoformat(), "text": text[:2000]}
     new, node_event_at = _keep_matches(monitor, lines, config)
     if node_event_at is not None:
         tracker = tracker.observe_node_event(node_event_at)

@@ -10,7 +10,8 @@ time, so the loop can keep one per attempt and an excerpt can be read in one pas
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from detection.core.interruption import Confidence, Evidence, Interruption
@@ -67,32 +68,70 @@ class LossTrend:
     ) -> LossTrend:
         """The trend after one more reading (``at``: a line number or a step, for evidence;
         ``step``: the training step, when the line shows it, so warm-up readings are left out)."""
+        state = _next(self._state(), loss, at, step, settings or DEFAULT_SETTINGS)
+        return self if state is None else LossTrend(*state)
+
+    def add_many(
+        self,
+        readings: Iterable[tuple[float, int | None]],
+        settings: DivergenceSettings | None = None,
+    ) -> tuple[LossTrend, int | None]:
+        """The trend after a scan's readings ``(loss, step)`` of one attempt, in order, with
+        one copy however many there were; each reading is at its step, or at its number among
+        the readings when the line shows no step. Also the index of the last reading that moved
+        the peak (None: none did)."""
         rules = settings or DEFAULT_SETTINGS
-        if not math.isfinite(loss) or (step is not None and step < rules.warmup_steps):
-            return self  # NaN and Inf are the signatures' to report
-        trend = replace(self, readings=self.readings + 1, last=loss)
-        if self.spiking:
-            if loss < rules.recovered_ratio * self.baseline:
-                # Back where it was: the spike is over; the run recovered by itself.
-                return replace(
-                    trend,
-                    baseline=math.inf,
-                    peak=-math.inf,
-                    peak_at=None,
-                    since_spike=0,
-                    lowest=min(self.lowest, loss),
-                )
-            trend = replace(trend, since_spike=self.since_spike + 1)
-            return replace(trend, peak=loss, peak_at=at) if loss > self.peak else trend
-        low = self.lowest
-        if (
-            math.isfinite(low)
-            and low >= rules.min_baseline
-            and loss >= rules.spike_ratio * low
-            and loss - low >= rules.min_jump
-        ):
-            return replace(trend, baseline=low, peak=loss, peak_at=at, since_spike=0)
-        return replace(trend, lowest=min(low, loss))
+        state = self._state()
+        moved = None
+        for index, (loss, step) in enumerate(readings):
+            at = step if step is not None else state[0] + 1
+            after = _next(state, loss, at, step, rules)
+            if after is None:
+                continue
+            if after[4] != state[4]:
+                moved = index
+            state = after
+        return (self if state == self._state() else LossTrend(*state)), moved
+
+    def _state(self) -> _TrendState:
+        return (
+            self.readings,
+            self.lowest,
+            self.baseline,
+            self.peak,
+            self.peak_at,
+            self.since_spike,
+            self.last,
+        )
+
+
+# LossTrend's fields in order, as a plain tuple: a scan folds thousands of readings.
+_TrendState = tuple[int, float, float, float, "int | None", int, "float | None"]
+
+
+def _next(
+    state: _TrendState, loss: float, at: int | None, step: int | None, rules: DivergenceSettings
+) -> _TrendState | None:
+    """The trend after one reading, or None when the reading does not count."""
+    if not math.isfinite(loss) or (step is not None and step < rules.warmup_steps):
+        return None  # NaN and Inf are the signatures' to report
+    readings, lowest, baseline, peak, peak_at, since_spike, _ = state
+    readings += 1
+    if math.isfinite(baseline):  # a spike is under way
+        if loss < rules.recovered_ratio * baseline:
+            # Back where it was: the spike is over; the run recovered by itself.
+            return (readings, min(lowest, loss), math.inf, -math.inf, None, 0, loss)
+        if loss > peak:
+            peak, peak_at = loss, at
+        return (readings, lowest, baseline, peak, peak_at, since_spike + 1, loss)
+    if (
+        math.isfinite(lowest)
+        and lowest >= rules.min_baseline
+        and loss >= rules.spike_ratio * lowest
+        and loss - lowest >= rules.min_jump
+    ):
+        return (readings, lowest, lowest, loss, at, 0, loss)
+    return (readings, min(lowest, loss), baseline, peak, peak_at, since_spike, loss)
 
 
 @dataclass(frozen=True)

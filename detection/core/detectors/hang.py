@@ -13,6 +13,7 @@ runs it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -31,6 +32,8 @@ PAUSES = {
     Phase.EVAL_STARTED: "evaluation",
 }
 PAUSE_ENDS = (Phase.SAVED, Phase.LOADED, Phase.EVAL_ENDED)
+# One line's event for the tracker: its time, what it reported and its text.
+TrackedEvent = tuple[datetime, "Progress | CheckpointEvent", str]
 # Silence supports a hang but never establishes one: the job may be busy in a way it does not log.
 HANG_CONFIDENCE = Confidence(0.6, ConfidenceLabel.SUPPORTED)
 
@@ -88,24 +91,54 @@ class ProgressTracker:
         self, at: datetime, progress: Progress, text: str, smoothing: float
     ) -> ProgressTracker:
         """A progress report arrived. Repeats of the same step (one per rank) are not progress."""
-        if progress.step is not None and progress.step == self.last_step:
-            return self
-        interval = self.interval_seconds
-        if self.last_progress_at is not None and at > self.last_progress_at:
-            gap = (at - self.last_progress_at).total_seconds()
-            interval = gap if interval is None else (1 - smoothing) * interval + smoothing * gap
-        return replace(
+        return self.observe_batch([(at, progress, text)], smoothing)[0]
+
+    def observe_batch(
+        self, events: Sequence[TrackedEvent], smoothing: float
+    ) -> tuple[ProgressTracker, list[bool]]:
+        """A scan's progress reports and checkpoint events of one attempt, in order, taken in
+        at once: one copy of the tracker however many lines there were. Also, for each event,
+        whether the attempt's progress stood at that event's time after it (the reports whose
+        throughput and loss count)."""
+        if not events:
+            return self, []
+        last_step, first_at, last_at = self.last_step, self.first_progress_at, self.last_progress_at
+        interval, reports, last_line = self.interval_seconds, self.reports, self.last_line
+        since, pause, pause_ended = self.checkpoint_since, self.pause, self.pause_ended_at
+        current: list[bool] = []
+        for at, event, text in events:
+            if isinstance(event, Progress):
+                # Repeats of the same step (one per rank) are not progress.
+                if event.step is None or event.step != last_step:
+                    if last_at is not None and at > last_at:
+                        gap = (at - last_at).total_seconds()
+                        interval = (
+                            gap
+                            if interval is None
+                            else (1 - smoothing) * interval + smoothing * gap
+                        )
+                    last_step, first_at, last_at = event.step, first_at or at, at
+                    reports, last_line = reports + 1, text[:500]
+                    since, pause, pause_ended = None, "", None
+            # A save, a load or an evaluation pauses progress without being a hang.
+            elif event.phase in PAUSES and since is None:
+                since, pause = at, PAUSES[event.phase]
+            elif event.phase in PAUSE_ENDS and since is not None:
+                since, pause, pause_ended = None, "", at
+            current.append(last_at == at)
+        tracker = replace(
             self,
-            last_step=progress.step,
-            first_progress_at=self.first_progress_at or at,
-            last_progress_at=at,
+            last_step=last_step,
+            first_progress_at=first_at,
+            last_progress_at=last_at,
             interval_seconds=interval,
-            reports=self.reports + 1,
-            checkpoint_since=None,
-            pause="",
-            pause_ended_at=None,
-            last_line=text[:500],
+            reports=reports,
+            checkpoint_since=since,
+            pause=pause,
+            pause_ended_at=pause_ended,
+            last_line=last_line,
         )
+        return tracker, current
 
     def observe_node_event(self, at: datetime) -> ProgressTracker:
         """A node-local event on one of the job's nodes: it fails nothing by itself, but a job
@@ -122,11 +155,7 @@ class ProgressTracker:
     def observe_checkpoint(self, at: datetime, event: CheckpointEvent) -> ProgressTracker:
         """A save, a load or an evaluation began or ended: it pauses progress without being a
         hang."""
-        if event.phase in PAUSES and self.checkpoint_since is None:
-            return replace(self, checkpoint_since=at, pause=PAUSES[event.phase])
-        if event.phase in PAUSE_ENDS and self.checkpoint_since is not None:
-            return replace(self, checkpoint_since=None, pause="", pause_ended_at=at)
-        return self
+        return self.observe_batch([(at, event, "")], 0.0)[0]
 
     def observe_gpus(
         self, at: datetime, utilisations: list[float], settings: HangSettings

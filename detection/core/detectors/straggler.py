@@ -9,7 +9,7 @@ so a slowdown shared by every node names none.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -63,8 +63,18 @@ class ThroughputHistory:
         return replace(self, throttled=kept)
 
     def add(self, at: datetime, value: float, settings: StragglerSettings) -> ThroughputHistory:
+        return self.add_many([(at, value)], settings)
+
+    def add_many(
+        self, points: Sequence[tuple[datetime, float]], settings: StragglerSettings
+    ) -> ThroughputHistory:
+        """The history after a scan's reports ``(at, value)``, in order, in one copy."""
+        if not points:
+            return self
         keep = settings.baseline_samples + settings.window_samples
-        return replace(self, values=(*self.values, value)[-keep:], times=(*self.times, at)[-keep:])
+        values = (*self.values, *(value for _, value in points))[-keep:]
+        times = (*self.times, *(at for at, _ in points))[-keep:]
+        return replace(self, values=values, times=times)
 
 
 def throughput_drop(
