@@ -102,8 +102,13 @@ def _update_attempt(
     attempt: Attempt, job: JobRecord, seen_at: datetime, starting: list[Attempt]
 ) -> dict[str, Any]:
     """Copy the job onto its attempt; what changed (empty when nothing did)."""
-    before = _attempt_payload(attempt)
+    unchanged = _copied_fields(attempt)
     starts = _copy_job(attempt, job, seen_at)
+    # Most running attempts are as they were: compared as values first, and only a changed one
+    # pays for its audit payload (``before`` is rebuilt from the values it had).
+    if _copied_fields(attempt) == unchanged:
+        return {}
+    before = _payload_of(dict(zip(COPIED, unchanged, strict=True)), attempt)
     after = _attempt_payload(attempt)
     if before == after:
         return {}
@@ -167,10 +172,39 @@ def _entry(
 
 
 def _attempt_payload(attempt: Attempt) -> dict[str, Any]:
-    payload: dict[str, Any] = json.loads(
-        json.dumps({f: getattr(attempt, f) for f in ATTEMPT_FIELDS}, default=_isoformat)
-    )
+    return _payload_of({}, attempt)
+
+
+def _payload_of(values: dict[str, Any], attempt: Attempt) -> dict[str, Any]:
+    """The audited fields as JSON values: ``values`` where given, else the attempt's own."""
+    fields = {f: values[f] if f in values else getattr(attempt, f) for f in ATTEMPT_FIELDS}
+    payload: dict[str, Any] = json.loads(json.dumps(fields, default=_isoformat))
     return payload
+
+
+# The fields ``_copy_job`` writes: what a snapshot can change on an attempt.
+COPIED = (
+    "name",
+    "partition",
+    "state",
+    "nodes",
+    "excluded_nodes",
+    "submitted_at",
+    "started_at",
+    "exit_code",
+    "signal",
+    "reason",
+    "comment",
+    "ended_at",
+)
+
+
+def _copied_fields(attempt: Attempt) -> tuple[Any, ...]:
+    # Lists copied, so a later change to the attempt's own list cannot alter what was kept.
+    return tuple(
+        list(value) if isinstance(value, list) else value
+        for value in (getattr(attempt, f) for f in COPIED)
+    )
 
 
 def _isoformat(value: object) -> str:

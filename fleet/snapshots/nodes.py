@@ -16,16 +16,22 @@ def _record_nodes(
     actor: str, cluster: Cluster, reported: Sequence[NodeRecord], seen_at: datetime
 ) -> tuple[int, list[str]]:
     """Nodes written in bulk; the count changed, and the names refused as another's."""
-    known = {n.name: n for n in Node.objects.filter(cluster=cluster)}
+    # Plain rows, not models: a snapshot compares every node and most have not changed.
+    known = {
+        name: (pk, (state, reason, gpus, partitions))
+        for pk, name, state, reason, gpus, partitions in Node.objects.filter(
+            cluster=cluster
+        ).values_list("pk", "name", "state", "reason", "gpus", "partitions")
+    }
     new: list[tuple[Node, str]] = []
     changed: list[tuple[Node, str]] = []
     for record in reported:
-        node = known.get(record.name) or Node(cluster=cluster, name=record.name)
-        before = (node.state, node.reason, node.gpus, node.partitions)
+        pk, before = known.get(record.name, (None, ("", "", 0, [])))
         after = (record.state.value, record.reason[:255], record.gpus, list(record.partitions))
         # Unchanged nodes are skipped: a snapshot every few seconds must not flood the trail.
-        if node.pk is not None and before == after:
+        if pk is not None and before == after:
             continue
+        node = Node(pk=pk, cluster=cluster, name=record.name)
         node.state, node.reason, node.gpus, node.partitions = after
         node.updated_at = seen_at
         (changed if node.pk is not None else new).append((node, before[0]))
