@@ -39,7 +39,9 @@ _STARTUP = compile_re(
     r"(?i)(init_process_group|rendezvous|_store_based_barrier|TCPStore\(|"
     r"DistStoreError|c10d.{0,40}(?:store|socket)|MASTER_ADDR|MASTER_PORT|"
     r"ncclCommInitRank|NCCL INFO Bootstrap|bootstrap.{0,20}(?:connect|init)|"
-    r"NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d+|Init COMPLETE|"
+    r"INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d+|Init COMPLETE|bootstrap\.cc?u?:\d|"
+    # Gloo's and JAX's process-group set-up.
+    r"connectFullMesh|jax\.distributed\.initialize|PjRT_Client_Connect|"
     r"initializing (?:ddp|distributed): GLOBAL_RANK|"
     r"Bootstrap : Using|initialize_model_parallel|deepspeed\.initialize|"
     r"Loading checkpoint shards|load_checkpoint|load_state_dict|from_pretrained|"
@@ -63,6 +65,7 @@ def is_startup_line(text: str) -> bool:
         _STARTUP.search(text) is not None
         and "shutdown" not in text
         and "keep-alive" not in text
+        and "wait timeout after" not in text
         and _TEARDOWN.search(text) is None
     )
 
