@@ -127,6 +127,17 @@ GPU = (
         "The NVSwitch fabric failed (NVLink SHARP and multi-node NVLink need it).",
     ),
     sig(
+        "gpu_thermal_slowdown",
+        # DCGM's health watch or the driver: a GPU's clocks pulled down because it overheats
+        # (a fan or its cooling failed). Every synchronous step waits for it; power capping,
+        # which the operator sets, is not this.
+        r"(?i)clocks? (?:event|throttl\w*)s? due to thermal violation"
+        r"|thermal violation in GPU \d|HW Thermal Slowdown\s*:\s*Active",
+        classify(K.STRAGGLER, C.STRAGGLER, A.HARDWARE, R.INITIATING, True, S.ERROR),
+        "A GPU of the node is throttled by overheating: it slows every rank that waits for it.",
+        refine=flood,
+    ),
+    sig(
         "gpu_unavailable",
         r"CUDA-capable device\(s\) is/are busy or unavailable"
         r"|all CUDA-capable devices are busy or unavailable|cudaErrorDevicesUnavailable"
