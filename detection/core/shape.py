@@ -39,7 +39,9 @@ _STARTUP = compile_re(
     r"(?i)(init_process_group|rendezvous|_store_based_barrier|TCPStore\(|"
     r"DistStoreError|c10d.{0,40}(?:store|socket)|MASTER_ADDR|MASTER_PORT|"
     r"ncclCommInitRank|NCCL INFO Bootstrap|bootstrap.{0,20}(?:connect|init)|"
-    r"NCCL INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d+|Init COMPLETE|"
+    r"INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d+|Init COMPLETE|bootstrap\.cc?u?:\d|"
+    # Gloo's and JAX's process-group set-up.
+    r"connectFullMesh|jax\.distributed\.initialize|PjRT_Client_Connect|"
     r"initializing (?:ddp|distributed): GLOBAL_RANK|"
     r"Bootstrap : Using|initialize_model_parallel|deepspeed\.initialize|"
     r"Loading checkpoint shards|load_checkpoint|load_state_dict|from_pretrained|"
@@ -63,6 +65,7 @@ def is_startup_line(text: str) -> bool:
         _STARTUP.search(text) is not None
         and "shutdown" not in text
         and "keep-alive" not in text
+        and "wait timeout after" not in text
         and _TEARDOWN.search(text) is None
     )
 
@@ -142,7 +145,8 @@ def read_shape(interruption: Interruption, lines: Sequence[str]) -> Interruption
         return interruption
     failed_at = min((e.line for e in interruption.evidence if e.line is not None), default=None)
     interruption = dataclasses.replace(interruption, phase=phase_of(lines, failed_at).value)
-    return _as_checkpoint_io(_unless_recovered(interruption, lines), lines, failed_at)
+    interruption = _unless_recovered(interruption, lines)
+    return _as_host_memory(_as_checkpoint_io(interruption, lines, failed_at), lines, failed_at)
 
 
 def _unless_recovered(interruption: Interruption, lines: Sequence[str]) -> Interruption:
@@ -186,5 +190,57 @@ def _as_checkpoint_io(
         root_cause=cause.replace(interruption.signature, CHECKPOINT_IO_FAILED, 1)
         if interruption.signature
         else CHECKPOINT_IO_FAILED,
+        explanation=interruption.explanation.rstrip() + note,
+    )
+
+
+HOST_MEMORY_EXHAUSTED = "host_memory_exhausted"
+# Processes killed without a word of why (SIGKILL, a launcher ending its workers).
+_KILLED = frozenset(
+    {
+        "process_sigkill",
+        "launcher_killing_children",
+        "torchelastic_child_failed",
+        "srun_task_failed",
+    }
+)
+# The job's own report of the host's memory (DeepSpeed's see_memory_usage, a trainer's
+# resource line): the share of it in use.
+_HOST_MEMORY = compile_re(
+    r"(?i)(?:CPU|host|system)[ _](?:virtual )?(?:memory|RAM)\b[^\n]*?"
+    r"(?:percent|used|usage)\s*[=:]?\s*(?P<pct>\d{1,3}(?:\.\d+)?)\s*%"
+)
+# Memory this full when the kill came: the kernel's OOM killer, though its line is elsewhere.
+HOST_MEMORY_FULL_PERCENT = 80.0
+HOST_MEMORY_BEFORE = 20
+
+
+def host_memory_before(lines: Sequence[str], failed_at: int | None) -> float | None:
+    """The last share of host memory in use (percent) the job reported in the lines just
+    before line ``failed_at`` (None: anywhere), if any."""
+    end = len(lines) if failed_at is None else failed_at - 1
+    for number in range(end, max(0, end - HOST_MEMORY_BEFORE), -1):
+        found = _HOST_MEMORY.search(lines[number - 1])
+        if found is not None:
+            return float(found["pct"])
+    return None
+
+
+def _as_host_memory(
+    interruption: Interruption, lines: Sequence[str], failed_at: int | None
+) -> Interruption:
+    """Processes killed with no cause shown, just after the job reported the host's memory
+    nearly full, were killed for memory: the job's own footprint, which a retry repeats."""
+    if interruption.signature not in _KILLED or interruption.node_local:
+        return interruption
+    used = host_memory_before(lines, failed_at)
+    if used is None or used < HOST_MEMORY_FULL_PERCENT:
+        return interruption
+    note = f" The job reported {used:g}% of the host's memory in use just before."
+    return dataclasses.replace(
+        interruption,
+        signature=HOST_MEMORY_EXHAUSTED,
+        attribution=Attribution.APPLICATION,
+        root_cause=HOST_MEMORY_EXHAUSTED,
         explanation=interruption.explanation.rstrip() + note,
     )

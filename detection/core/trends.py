@@ -19,6 +19,7 @@ from detection.core.progress import parse_progress
 from detection.core.signatures.entries import NAN
 from detection.core.signatures.fields import extract_fields, strip_prefixes
 from detection.core.signatures.model import MatchGroup, classify, compile_re
+from detection.core.signatures.refiners import OVERFLOW_FLOOR
 from fleet.core.taxonomy import Attribution, Category, Kind
 
 # An excerpt is all there is: a spike is judged on the readings after it, however few.
@@ -63,10 +64,27 @@ _SKIPPED_STEP = compile_re(
 SKIPS_IN_A_ROW = 4
 
 
+_NEW_SCALE = compile_re(r"(?i)(?:reducing|setting) loss scale to:? (?P<scale>[0-9.eE+]{1,30})")
+
+
+def _scaling_down(line: str) -> bool:
+    found = _NEW_SCALE.search(line)
+    if found is None:
+        return False
+    try:
+        return float(found["scale"]) > OVERFLOW_FLOOR
+    except ValueError:
+        return False
+
+
 def every_step_skipped(lines: Sequence[str]) -> MatchGroup | None:
     """Steps skipped for non-finite gradients, one after another with no finite loss between."""
     run, first = 0, 0
     for line_no, line in enumerate(lines, start=1):
+        if _scaling_down(line):
+            # The skip names the loss scale it halves to, still far above its floor: dynamic
+            # loss scaling at work, neither a skip that counts nor a step taken.
+            continue
         if "OVERFLOW!" not in line and _SKIPPED_STEP.search(line) is not None:
             run, first = run + 1, first or line_no
             if run >= SKIPS_IN_A_ROW:

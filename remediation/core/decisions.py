@@ -91,6 +91,26 @@ FIXES: Mapping[str, str] = {
         "NCCL cannot create its shared-memory segments: give the container a larger /dev/shm "
         "(--shm-size, --ipc=host) or set NCCL_SHM_DISABLE=1"
     ),
+    "host_memory_exhausted": (
+        "the host's memory was nearly full when the processes were killed: lower what each "
+        "host holds (CPU offload, data loader workers, processes per node) or ask for more"
+    ),
+    "launch_directory_missing": (
+        "the job's working directory is not mounted on the compute nodes: start the job from "
+        "a file system they mount (scratch), or cd there in the script"
+    ),
+    "cuda_arch_mismatch": (
+        "the CUDA/NCCL build has no kernels for this GPU's architecture: use a build (image, "
+        "wheel) compiled for it"
+    ),
+    "invalid_device_ordinal": (
+        "the job asks for a GPU the node does not expose: match the device ids and processes "
+        "per node to the GPUs CUDA_VISIBLE_DEVICES leaves"
+    ),
+    "job_submission_refused": (
+        "the scheduler refuses the job as written: correct the submission's options "
+        "(a dependency, the account, partition or request)"
+    ),
     "checkpoint_archive_broken": (
         "the checkpoint file is truncated or corrupt: resume from the last whole checkpoint, "
         "and check the storage it was written to"

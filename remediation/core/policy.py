@@ -65,6 +65,8 @@ DEFAULT_RULES: Mapping[str, Action] = {
     "nccl_shm_setup_failed": Action.STOP,
     "fabric_manager_mismatch": Action.STOP,
     "ib_access_error": Action.STOP,
+    "launch_directory_missing": Action.STOP,
+    "host_memory_exhausted": Action.STOP,
     "cuda_illegal_memory_access": Action.RESTART,
     "nvrm_xid_application": Action.RESTART,
     "slurm_cancelled": Action.NONE,

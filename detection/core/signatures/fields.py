@@ -47,6 +47,7 @@ _PREFIX = compile_re(
 )
 
 _LOG_FILE_SUFFIXES = (".log", ".out", ".err", ".txt")
+_GPU_ID = compile_re(r"(?i)^(?:GPU|MIG)-[0-9a-f-]+$")
 _NOT_HOSTS = ("error", "exception", "warning", "warn", "info", "debug", "note", "traceback")
 
 # Identifiers named inside the message; each is searched only when a cheap substring test says
@@ -73,6 +74,9 @@ _PCI_IN_TEXT = compile_re(
 def _is_host(name: str) -> bool:
     lowered = name.lower()
     if not any(ch.isdigit() for ch in name):
+        return False
+    if _GPU_ID.search(name) is not None:
+        # A GPU's name or UUID ("GPU-1234:", "GPU-5f3a..."): its node is found elsewhere.
         return False
     return not any(lowered.endswith(word) for word in _NOT_HOSTS)
 

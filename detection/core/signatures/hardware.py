@@ -127,6 +127,17 @@ GPU = (
         "The NVSwitch fabric failed (NVLink SHARP and multi-node NVLink need it).",
     ),
     sig(
+        "gpu_thermal_slowdown",
+        # DCGM's health watch or the driver: a GPU's clocks pulled down because it overheats
+        # (a fan or its cooling failed). Every synchronous step waits for it; power capping,
+        # which the operator sets, is not this.
+        r"(?i)clocks? (?:event|throttl\w*)s? due to thermal violation"
+        r"|thermal violation in GPU \d|HW Thermal Slowdown\s*:\s*Active",
+        classify(K.STRAGGLER, C.STRAGGLER, A.HARDWARE, R.INITIATING, True, S.ERROR),
+        "A GPU of the node is throttled by overheating: it slows every rank that waits for it.",
+        refine=flood,
+    ),
+    sig(
         "gpu_unavailable",
         r"CUDA-capable device\(s\) is/are busy or unavailable"
         r"|all CUDA-capable devices are busy or unavailable|cudaErrorDevicesUnavailable"
@@ -328,7 +339,9 @@ NETWORK = (
     sig(
         "nccl_shm_setup_failed",
         r"Error while creating shared memory segment|posix_fallocate failed"
-        r"|shmutils\.cc[^\n]*(?:fail|error)",
+        r"|shmutils\.cc[^\n]*(?:fail|error)"
+        # Its /dev/shm file cannot grow, or vanished under it (systemd's RemoveIPC).
+        r"|failed to extend /dev/shm/|unlink shared memory /dev/shm/\S+ failed",
         classify(K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
         "NCCL cannot create its shared-memory segments (/dev/shm too small, as in a container "
         "with the default 64 MB).",
@@ -347,6 +360,27 @@ NETWORK = (
         classify(K.CRASH, C.INTERCONNECT_NETWORK, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
         "Two ranks disagree on a collective's size: they run different code, settings or NCCL "
         "versions.",
+        refine=flood,
+    ),
+    sig(
+        "c10d_store_wait_timeout",
+        # A store that answers but whose key no peer wrote in time: a rank stopped before its
+        # part of an exchange (a stuck collective), not a store nobody reaches.
+        r"DistStoreError: wait timeout after \d+ ?ms, keys?:",
+        classify(K.HANG, C.NCCL_TIMEOUT_HANG, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
+        "A rank waited on the c10d store for a key its peer never wrote (the peer is stuck or "
+        "gone).",
+        refine=flood,
+    ),
+    sig(
+        "process_group_connect_failed",
+        # Gloo's, NCCL's bootstrap and JAX's coordination set-up: the ranks cannot connect.
+        r"Gloo connectFullMesh failed|Call to connect failed ?: ?Connection (?:timed out|refused)"
+        r"|DEADLINE_EXCEEDED: Barrier timed out[^\n]*PjRT_Client_Connect"
+        r"|Barrier_id: PjRT_Client_Connect",
+        IB_CONFIG,
+        "The job's processes could not connect to one another while setting up their group "
+        "(the interface, address or firewall between them).",
         refine=flood,
     ),
     sig(

@@ -101,7 +101,7 @@ def refine_ranks(default: Classification, message: str, values: Mapping[str, str
 
 
 _EXCEPTION_LINE = compile_re(
-    r"^(?P<exc>(?:[A-Za-z_]\w*\.)*(?P<short>[A-Z]\w*(?:Error|Exception|Exit|Interrupt)))"
+    r"^(?P<exc>(?:[A-Za-z_]\w*\.)*(?P<short>(?:[A-Z]\w*)?(?:Error|Exception|Exit|Interrupt)))"
     r"(?::\s?(?P<excmsg>.*))?$"
 )
 _SHAPE_MISMATCH = compile_re(

@@ -78,7 +78,9 @@ PYTHON = (
     ),
     sig(
         "python_exception",
-        r"(?:^|[\s\]:>|)*])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|\s*$)",
+        r"(?:^|[\s\]:>|)*])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::|\s*$)"
+        # Python's base class raised as is ends a traceback as well.
+        r"|^(?:\[[^\]\n]*\]:? ?)?Exception: \S",
         APP_ERROR,
         "A Python exception raised by the program.",
         refine=refine_exception,

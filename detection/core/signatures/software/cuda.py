@@ -46,6 +46,24 @@ CUDA = (
         refine=flood,
     ),
     sig(
+        "cuda_arch_mismatch",
+        # The build has no kernel for this GPU's architecture (a new GPU, an old image).
+        r"named symbol not found|no kernel image is available for execution"
+        r"|cudaErrorNoKernelImageForDevice|hipErrorNoBinaryForGpu"
+        r"|with CUDA capability sm_\d+ is not compatible",
+        classify(K.CRASH, C.APPLICATION_ERROR, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR),
+        "The CUDA/NCCL build has no kernels for this GPU (architecture not compiled in).",
+        refine=flood,
+    ),
+    sig(
+        "invalid_device_ordinal",
+        r"(?i)invalid device ordinal|cudaErrorInvalidDevice\b",
+        APP_FATAL,
+        "The job asks for a GPU index the node does not expose (device id, CUDA_VISIBLE_DEVICES"
+        " or more ranks per node than GPUs).",
+        refine=flood,
+    ),
+    sig(
         "cuda_previous_error",
         r"(?i)\bprevious (?:CUDA )?error\b|caused by a previous error",
         classify(K.CRASH, C.APPLICATION_ERROR, A.NONE, R.CASCADE, False, S.WARNING),

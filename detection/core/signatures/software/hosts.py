@@ -85,7 +85,9 @@ HOSTS_AND_SCHEDULERS = (
     sig(
         "ray_node_dead",
         r"The node with node id: \w+ and (?:ip|address): (?P<host>[A-Za-z0-9][\w.:-]*)"
-        r" (?:and node name: \S+ )?has been marked dead",
+        r" (?:and node name: \S+ )?has been marked dead"
+        # An actor whose owner's node went down takes the owner's address with it.
+        r"|Owner Ip address: (?P<host2>[A-Za-z0-9][\w.:-]*)[^\n]*Owner's node has crashed",
         NODE_FAILED,
         "Ray lost a node of the job (its raylet stopped answering heartbeats).",
         refine=flood,
@@ -154,6 +156,42 @@ HOSTS_AND_SCHEDULERS = (
         refine=flood,
     ),
     sig(
+        "coordination_task_lost",
+        # JAX/TensorFlow's coordination service: a worker stopped sending its heartbeat.
+        r"heartbeat timeout\. This indicates that the remote task has failed"
+        r"|has been set to ERROR in coordination service"
+        r"|(?i:task \S+ heartbeat timeout)",
+        classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.NONE, R.INITIATING, False, S.ERROR),
+        "The coordination service lost a worker process (no heartbeat): it crashed, was killed "
+        "or preempted; the line does not say which node.",
+        refine=flood,
+    ),
+    sig(
+        "job_submission_refused",
+        r"(?:sbatch|salloc|srun|qsub|bsub): error: (?:Batch job submission failed"
+        r"|Unable to allocate resources)[^\n]*: \S",
+        classify(K.CRASH, C.APPLICATION_ERROR, A.APPLICATION, R.INITIATING, False, S.ERROR),
+        "The scheduler refused the job as submitted (its options, dependency or request).",
+    ),
+    sig(
+        "launch_directory_missing",
+        # The launcher on a compute node cannot enter the job's working directory: that
+        # file system is not mounted there (home on a login-only file system).
+        r"(?:Exec|execve?)[^\n]* failed: chdir \S+ No such file or directory"
+        r"|(?:aprun|srun|mpirun|mpiexec)[^\n]*(?:cannot|can't|could not) chdir[^\n]*No such file",
+        classify(K.CRASH, C.FILESYSTEM_IO, A.APPLICATION, R.INITIATING, False, S.ERROR),
+        "The launcher cannot enter the job's working directory on the compute node.",
+        refine=flood,
+    ),
+    sig(
+        "accounting_job_failed",
+        # sacct's table: the job or a step FAILED with a non-zero exit code, no reason given.
+        r"^\s*\d+(?:\.[\w+]+)?\s[^\n]*\sFAILED\s+[1-9]\d*:\d+\s*$",
+        classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.SCHEDULER, R.INITIATING, False, S.WARNING),
+        "The scheduler's accounting shows the job failed with an exit code (no cause given).",
+        refine=flood,
+    ),
+    sig(
         "hung_task",
         r"INFO: task \S{1,64}:\d+ blocked for more than \d+ seconds",
         classify(
@@ -186,7 +224,9 @@ HOSTS_AND_SCHEDULERS = (
     sig(
         "process_sigkill",
         r"Signals\.SIGKILL|Signal 9 \(SIGKILL\)|signal SIGKILL|exitcode\s*:\s*-9\b"
-        r"|exit code -9\b|\(exitcode: -9\)|died from signal 9\b",
+        r"|exit code -9\b|\(exitcode: -9\)|died from signal 9\b"
+        # mpirun/prterun's report of a rank it lost to SIGKILL.
+        r"|exited on signal 9 \(Killed\)",
         PROC_KILLED,
         "A process was killed with SIGKILL (OOM killer, scheduler or an operator).",
         refine=flood,
@@ -194,7 +234,9 @@ HOSTS_AND_SCHEDULERS = (
     sig(
         "process_killed_bare",
         # Alone on its line, or right after a progress bar that the shell's line ended.
-        r"^Killed\s*$|\|[^\n]*\]Killed\s*$",
+        r"^Killed\s*$|\|[^\n]*\]Killed\s*$"
+        # The shell's status of a child killed by SIGKILL (128 + 9), as a platform reports it.
+        r"|(?i:(?:return|exit|error) (?:code|status)\s*[:=]?\s*137\b)",
         classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.APPLICATION, R.INITIATING, False, S.ERROR),
         "The shell reports the foreground process killed (SIGKILL: almost always the OOM killer).",
         refine=flood,
