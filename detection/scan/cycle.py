@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from detection.sources.config import ClusterSources
+from fleet.core.bulk import cyclic_gc_paused
 from fleet.models import Cluster
 
 from ..anomalies import resolve_settled
@@ -33,7 +34,7 @@ def scan_cluster(
     part = Shard(shard, settings.scan_shards)
     if shard >= part.of:
         return summary
-    with scan_lease(settings, part.number) as acquired:
+    with scan_lease(settings, part.number) as acquired, cyclic_gc_paused():
         if not acquired:
             summary.skipped = True
             return summary

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fleet import services as console
+from fleet.core.bulk import cyclic_gc_paused
 from fleet.core.scheduler import (
     ClusterSnapshot,
     JobRecord,
@@ -67,25 +68,27 @@ class SnapshotView(AdvisorView):
         """The jobs and nodes the controller sees (squeue/sinfo), recorded as attempts and nodes.
         A job or node that does not fit is left out and listed in ``rejected``; the rest is
         recorded."""
-        payload = s.SnapshotEnvelopeSerializer(data=request.data)
-        payload.is_valid(raise_exception=True)
-        data = payload.validated_data
-        own = controller_of(request).cluster.name
-        jobs, bad_jobs = check_items(own, "job", data["jobs"], s.JobSerializer, _job)
-        nodes, bad_nodes = check_items(own, "node", data["nodes"], s.NodeSerializer, _node)
-        snapshot = ClusterSnapshot(
-            taken_at=data["taken_at"],
-            jobs=tuple(job for _, job in jobs),
-            nodes=tuple(node for _, node in nodes),
-        )
-        # Recorded under the controller's actor, so the audit trail says which controller saw it.
-        result = console.record_snapshot(
-            controller_of(request).actor,
-            controller_of(request).cluster,
-            snapshot,
-            rejected=[*bad_jobs, *bad_nodes],
-            positions=([n for n, _ in jobs], [n for n, _ in nodes]),
-        )
+        # Tens of thousands of jobs and nodes: see cyclic_gc_paused.
+        with cyclic_gc_paused():
+            payload = s.SnapshotEnvelopeSerializer(data=request.data)
+            payload.is_valid(raise_exception=True)
+            data = payload.validated_data
+            own = controller_of(request).cluster.name
+            jobs, bad_jobs = check_items(own, "job", data["jobs"], s.JobSerializer, _job)
+            nodes, bad_nodes = check_items(own, "node", data["nodes"], s.NodeSerializer, _node)
+            snapshot = ClusterSnapshot(
+                taken_at=data["taken_at"],
+                jobs=tuple(job for _, job in jobs),
+                nodes=tuple(node for _, node in nodes),
+            )
+            # Under the controller's actor, so the audit trail says which controller saw it.
+            result = console.record_snapshot(
+                controller_of(request).actor,
+                controller_of(request).cluster,
+                snapshot,
+                rejected=[*bad_jobs, *bad_nodes],
+                positions=([n for n, _ in jobs], [n for n, _ in nodes]),
+            )
         reporters.snapshot_reported(controller_of(request), snapshot.taken_at)
         return Response(s.SnapshotResultSerializer(result).data)
 
