@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import attrgetter
 from typing import Any
 
 from detection.core.telemetry import Dcgm, MetricSample
@@ -71,22 +73,29 @@ def read_by_host(
     readings: dict[str, GpuReadings] = {}
     labels: dict[str, dict[int, list[Any]]] = {}
     left_out: set[str] = set()
-    for sample in samples:
-        host, gpu = sample.host, sample.gpu
+    # Exporters and Prometheus give a node's series together: a run of one host's samples is
+    # kept or passed over as a whole (the same host later in the scrape is simply met again).
+    for host, run in groupby(samples, key=_HOST):
+        if host in left_out:
+            continue
         of_host = readings.get(host)
         if of_host is None:
-            if host in left_out:
-                continue
             if keep is not None and not keep(host):
                 left_out.add(host)
                 continue
             of_host = readings[host] = {}
             labels[host] = {}
-        gauges = of_host.get((host, gpu))
-        if gauges is None:
-            gauges = of_host[(host, gpu)] = {}
-            labels[host][gpu] = [sample.job_id, sample.pci]
-        elif sample.pci and not labels[host][gpu][1]:
-            labels[host][gpu][1] = sample.pci
-        gauges[sample.name] = sample.value
+        of_labels = labels[host]
+        for sample in run:
+            gpu = sample.gpu
+            gauges = of_host.get((host, gpu))
+            if gauges is None:
+                gauges = of_host[(host, gpu)] = {}
+                of_labels[gpu] = [sample.job_id, sample.pci]
+            elif sample.pci and not of_labels[gpu][1]:
+                of_labels[gpu][1] = sample.pci
+            gauges[sample.name] = sample.value
     return ScrapeByHost(readings, labels)
+
+
+_HOST = attrgetter("host")
