@@ -42,6 +42,11 @@ _STARTUP = compile_re(
     r"INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d+|Init COMPLETE|bootstrap\.cc?u?:\d|"
     # Gloo's and JAX's process-group set-up.
     r"connectFullMesh|jax\.distributed\.initialize|PjRT_Client_Connect|"
+    # A task registering with JAX's (TensorFlow's) coordination service joins the job.
+    r"CoordinationService/RegisterTask|"
+    # The first collective of a process group (sequence number 1), or a timeout report that no
+    # collective ever completed: its ranks never met once, so no step can have run on it.
+    r"WorkNCCL\(SeqNum=1,|last completed NCCL work: (?:-1|0)\b|"
     r"initializing (?:ddp|distributed): GLOBAL_RANK|"
     r"Bootstrap : Using|initialize_model_parallel|deepspeed\.initialize|"
     r"Loading checkpoint shards|load_checkpoint|load_state_dict|from_pretrained|"
@@ -146,6 +151,7 @@ def read_shape(interruption: Interruption, lines: Sequence[str]) -> Interruption
     failed_at = min((e.line for e in interruption.evidence if e.line is not None), default=None)
     interruption = dataclasses.replace(interruption, phase=phase_of(lines, failed_at).value)
     interruption = _unless_recovered(interruption, lines)
+    interruption = _as_checkpoint_wait(interruption, lines, failed_at)
     return _as_host_memory(_as_checkpoint_io(interruption, lines, failed_at), lines, failed_at)
 
 
@@ -191,6 +197,41 @@ def _as_checkpoint_io(
         if interruption.signature
         else CHECKPOINT_IO_FAILED,
         explanation=interruption.explanation.rstrip() + note,
+    )
+
+
+COLLECTIVE_TIMEOUT_IN_SAVE = "collective_timeout_in_checkpoint_save"
+# Saving a checkpoint, as frames and trainers' own lines name it (not loading one).
+_CHECKPOINT_SAVE = compile_re(
+    r"(?i)(torch\.save|save_checkpoint|save_pretrained|save_model|save_state|"
+    r"saving (?:the )?(?:model )?checkpoint|checkpoint save|PytorchStreamWriter|"
+    r"dist_checkpointing\.save|orbax[^\n]*save)"
+)
+
+
+def _as_checkpoint_wait(
+    interruption: Interruption, lines: Sequence[str], failed_at: int | None
+) -> Interruption:
+    """Collectives that time out while a checkpoint is being saved: the other ranks wait in a
+    barrier while one gathers and writes it, for longer than the timeout. Every retry reaches
+    the same save and waits as long: the timeout or the save must change."""
+    if interruption.category is not Category.NCCL_TIMEOUT_HANG or interruption.node_local:
+        return interruption
+    end = len(lines) if failed_at is None else failed_at
+    first = 1 if failed_at is None else max(1, failed_at - CHECKPOINT_BEFORE)
+    at = next(
+        (n for n in range(first, end + 1) if _CHECKPOINT_SAVE.search(lines[n - 1]) is not None),
+        None,
+    )
+    if at is None:
+        return interruption
+    return dataclasses.replace(
+        interruption,
+        signature=COLLECTIVE_TIMEOUT_IN_SAVE,
+        attribution=Attribution.APPLICATION,
+        root_cause=COLLECTIVE_TIMEOUT_IN_SAVE,
+        explanation=interruption.explanation.rstrip()
+        + f" The ranks were waiting while a checkpoint was saved (line {at}).",
     )
 
 

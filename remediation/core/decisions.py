@@ -95,6 +95,15 @@ FIXES: Mapping[str, str] = {
         "the host's memory was nearly full when the processes were killed: lower what each "
         "host holds (CPU offload, data loader workers, processes per node) or ask for more"
     ),
+    "memory_monitor_kill": (
+        "a memory monitor killed the job's processes for the host's memory: lower what each "
+        "host holds (workers or actors per node, buffers, CPU offload) or ask for more memory"
+    ),
+    "collective_timeout_in_checkpoint_save": (
+        "the other ranks time out waiting while a checkpoint is saved: raise the collective "
+        "timeout (timeout= of init_process_group) above the save's time, or save faster "
+        "(sharded or asynchronous checkpoints, faster storage)"
+    ),
     "launch_directory_missing": (
         "the job's working directory is not mounted on the compute nodes: start the job from "
         "a file system they mount (scratch), or cd there in the script"

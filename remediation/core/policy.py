@@ -67,6 +67,8 @@ DEFAULT_RULES: Mapping[str, Action] = {
     "ib_access_error": Action.STOP,
     "launch_directory_missing": Action.STOP,
     "host_memory_exhausted": Action.STOP,
+    "memory_monitor_kill": Action.STOP,
+    "collective_timeout_in_checkpoint_save": Action.STOP,
     "cuda_illegal_memory_access": Action.RESTART,
     "nvrm_xid_application": Action.RESTART,
     "slurm_cancelled": Action.NONE,

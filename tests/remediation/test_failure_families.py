@@ -188,3 +188,77 @@ def test_a_communicator_torn_down_is_not_read_as_start_up() -> None:
         WATCHDOG,
     )
     assert got["action"] == "restart"
+
+
+# Phase read from the collective itself: a process group's first collective (or a timeout that
+# says none ever completed) never met once, so no step ran on it; the same later is an outage.
+
+TRAINED = " iteration      300/   10000 | consumed samples: 9600 | lm loss: 1.72"
+FIRST_COLLECTIVE = (
+    "[rank2]:[E305 09:01:44 ProcessGroupNCCL.cpp:600] [Rank 2] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=1, OpType=ALLGATHER, NumelIn=8, NumelOut=64, "
+    "Timeout(ms)=600000) ran for 600021 milliseconds before timing out."
+)
+
+
+def test_a_timeout_of_the_first_collective_is_a_start_up_that_stops() -> None:
+    got = decided(FIRST_COLLECTIVE)
+    assert (got["category"], got["action"]) == ("nccl_timeout_hang", "stop")
+
+
+def test_a_timeout_report_with_nothing_completed_is_a_start_up_that_stops() -> None:
+    got = decided(
+        "[rank0]:[E305 09:01:44 ProcessGroupNCCL.cpp:1400] [PG 0 Rank 0] Timeout at NCCL work: "
+        "1, last enqueued NCCL work: 1, last completed NCCL work: -1."
+    )
+    assert (got["category"], got["action"]) == ("nccl_timeout_hang", "stop")
+
+
+def test_a_first_collective_of_a_group_made_after_steps_restarts() -> None:
+    got = decided(TRAINED, FIRST_COLLECTIVE)
+    assert (got["category"], got["action"]) == ("nccl_timeout_hang", "restart")
+
+
+def test_a_later_collective_timing_out_with_no_phase_restarts() -> None:
+    got = decided(FIRST_COLLECTIVE.replace("SeqNum=1,", "SeqNum=5120,"))
+    assert (got["category"], got["action"]) == ("nccl_timeout_hang", "restart")
+
+
+# A task that cannot register with its coordination service is a job that never started.
+
+
+def test_a_task_whose_registration_timed_out_stops_for_its_set_up() -> None:
+    got = decided(
+        "gRPC error from coordination_leader while calling "
+        "/tensorflow.CoordinationService/RegisterTask: Deadline Exceeded",
+    )
+    assert (got["category"], got["action"]) == ("interconnect_network", "stop")
+
+
+def test_an_agent_in_error_after_steps_is_an_outage_that_restarts() -> None:
+    got = decided(
+        TRAINED,
+        "E client.cc:96] Coordination service agent in error status: UNAVAILABLE: "
+        "failed to connect to all addresses",
+    )
+    assert (got["category"], got["action"]) == ("interconnect_network", "restart")
+
+
+# Collectives that time out while one rank saves a checkpoint: every retry reaches the same save.
+
+
+def test_ranks_timing_out_in_a_barrier_while_a_checkpoint_is_saved_stop() -> None:
+    got = decided(
+        TRAINED,
+        "INFO trainer: saving checkpoint to /ckpt/epoch_2 (gathering the full state dict)",
+        '  File "trainer.py", line 310, in barrier',
+        "RuntimeError: [gloo/transport/tcp/pair.cc:598] Timed out waiting 1800000ms for recv "
+        "operation to complete",
+    )
+    assert (got["category"], got["action"]) == ("nccl_timeout_hang", "stop")
+    assert "checkpoint" in str(got["explanation"])
+
+
+def test_a_timeout_with_no_save_near_it_still_restarts() -> None:
+    got = decided(TRAINED, FIRST_COLLECTIVE.replace("SeqNum=1,", "SeqNum=880,"))
+    assert (got["category"], got["action"]) == ("nccl_timeout_hang", "restart")

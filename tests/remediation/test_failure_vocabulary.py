@@ -200,3 +200,88 @@ def test_skips_that_halve_a_loss_scale_still_far_above_its_floor_are_nothing() -
 def test_skips_that_name_no_loss_scale_still_count() -> None:
     got = decided(*("non-finite gradients, skipping this step" for _ in range(5)))
     assert (got["category"], got["action"]) == ("numerical_divergence", "stop")
+
+
+# The process group taking its process down: a failure of the collectives, even when the
+# timeout that set it off was printed on another rank's log.
+
+
+def test_a_process_group_tearing_its_process_down_alone_is_a_collective_failure() -> None:
+    got = decided(
+        "[rank5]:[E101 03:00:00 ProcessGroupNCCL.cpp:700] [Rank 5] Some NCCL operations have "
+        "failed or timed out. Subsequent GPU operations might run on corrupted data.",
+        "[rank5]:[E101 03:00:00 ProcessGroupNCCL.cpp:710] [Rank 5] To avoid data "
+        "inconsistency, we are taking the entire process down.",
+    )
+    assert (got["category"], got["action"]) == ("nccl_timeout_hang", "restart")
+
+
+def test_the_teardown_after_a_named_cause_keeps_the_cause() -> None:
+    got = decided(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "[Rank 1] To avoid data inconsistency, we are taking the entire process down.",
+    )
+    assert (got["category"], got["action"]) == ("cuda_oom", "stop")
+
+
+def test_gloo_and_hccl_waits_on_a_peer_are_collective_timeouts() -> None:
+    gloo = decided(
+        *STEPS, "[pair.cc:598] Timed out waiting 1800000ms for recv operation to complete"
+    )
+    hccl = decided(
+        *STEPS,
+        "EI0002: The wait execution of the Notify register times out. Reason: a remote rank "
+        "did not arrive",
+    )
+    for got in (gloo, hccl):
+        assert (got["category"], got["action"]) == ("nccl_timeout_hang", "restart")
+
+
+def test_hccl_failing_to_build_its_sockets_at_start_up_stops() -> None:
+    got = decided(
+        "init_process_group(backend='hccl') on 16 devices",
+        "EI0006: Getting socket times out. Reason: the peer rank did not connect in 120 s",
+    )
+    assert (got["category"], got["action"]) == ("interconnect_network", "stop")
+
+
+# Memory monitors that end processes before the kernel's OOM killer does: the job's footprint.
+
+
+def test_memory_monitors_killing_workers_stop_for_memory() -> None:
+    phrasings = (
+        "(raylet) 3 Workers (tasks / actors) killed due to memory pressure (OOM) on node 9f",
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+        "  Last State:  Terminated   Reason: OOMKilled   Exit Code: 137",
+        "systemd-oomd[611]: Killed /user.slice/train.scope due to memory pressure above 60%",
+        "Container [pid=77,containerID=c_01] is running beyond physical memory limits.",
+    )
+    for line in phrasings:
+        got = decided(*STEPS, line)
+        assert (got["category"], got["action"]) == ("node_or_process_failure", "stop"), line
+
+
+# The scheduler's controller not answering: an outage of the controller, restarted in any phase.
+
+
+def test_a_controller_that_did_not_answer_restarts_even_at_launch() -> None:
+    phrasings = (
+        "srun: error: Unable to confirm allocation for job 51: Socket timed out on send/recv",
+        "sbatch: error: slurm_receive_msg: Socket timed out on send/recv operation",
+        "srun: error: Unable to contact slurm controller (connect failure)",
+    )
+    for line in phrasings:
+        got = decided("init_process_group(backend='nccl')", line)
+        assert (got["category"], got["action"]) == ("node_or_process_failure", "restart"), line
+
+
+# Queue pairs that could not connect in time: the network, no host singled out.
+
+
+def test_queue_pairs_that_timed_out_connecting_restart() -> None:
+    for line in (
+        "event=nccl_err_qp_conn_timeout job=pt-41",
+        "rdma: RDMA_CM_EVENT_UNREACHABLE from 10.1.4.2",
+    ):
+        got = decided(*STEPS, line)
+        assert verdict(got) == ("interconnect_network", "restart", []), line

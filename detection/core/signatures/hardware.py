@@ -232,6 +232,16 @@ NETWORK = (
         refine=flood,
     ),
     sig(
+        "ib_qp_connect_timeout",
+        # Queue pairs that could not be connected in time (a platform's event for NCCL's QP
+        # set-up, RDMA CM): the peer or the path did not answer, no host is singled out.
+        r"(?i:(?:\b|_)qp[ _]conn(?:ect(?:ion)?)?[ _](?:timeout|timed[ _]out))"
+        r"|RDMA_CM_EVENT_(?:UNREACHABLE|CONNECT_ERROR)",
+        NET_ERROR,
+        "InfiniBand/RoCE queue pairs could not be connected to their peer in time.",
+        refine=flood,
+    ),
+    sig(
         "ib_access_error",
         r"NET/IB\w* ?: ?Got completion (?:from peer [^\s<,]+(?:<\d+>)? )?with "
         r"(?:error |status=)(?:4|9|10|11)\b"
@@ -377,7 +387,12 @@ NETWORK = (
         # Gloo's, NCCL's bootstrap and JAX's coordination set-up: the ranks cannot connect.
         r"Gloo connectFullMesh failed|Call to connect failed ?: ?Connection (?:timed out|refused)"
         r"|DEADLINE_EXCEEDED: Barrier timed out[^\n]*PjRT_Client_Connect"
-        r"|Barrier_id: PjRT_Client_Connect",
+        r"|Barrier_id: PjRT_Client_Connect"
+        # A task that cannot register with the coordination service (JAX, TensorFlow), and
+        # the agent left in error by it; Ascend's HCCL building its links between ranks.
+        r"|while calling /tensorflow\.CoordinationService/(?:RegisterTask|WaitForAllTasks)"
+        r"|Coordination service agent in error status: (?:DEADLINE_EXCEEDED|UNAVAILABLE)"
+        r"|EI0006\b[^\n]*(?i:socket)|(?i:getting socket times out)",
         IB_CONFIG,
         "The job's processes could not connect to one another while setting up their group "
         "(the interface, address or firewall between them).",

@@ -17,7 +17,7 @@ from .application import APPLICATION, PYTHON
 from .cuda import COLLECTIVES, CUDA
 from .filesystems import FILESYSTEMS
 from .hints import HINTS
-from .hosts import HOSTS_AND_SCHEDULERS
+from .hosts import HOSTS_AND_SCHEDULERS, MEMORY_MONITORS
 from .training import NUMERICAL, STRAGGLERS
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "FILESYSTEMS",
     "HINTS",
     "HOSTS_AND_SCHEDULERS",
+    "MEMORY_MONITORS",
     "NUMERICAL",
     "PYTHON",
     "STRAGGLERS",

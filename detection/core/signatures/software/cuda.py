@@ -13,7 +13,6 @@ from detection.core.signatures.entries import (
     K,
     R,
     S,
-    hint,
     sig,
 )
 from detection.core.signatures.model import classify
@@ -103,7 +102,10 @@ COLLECTIVES = (
         r"Watchdog caught collective operation timeout|Timeout at NCCL work"
         r"|Process group watchdog thread terminated with exception"
         r"|Not all ranks joining collective|Communicator ranks have different \w+ operation counts"
-        r"|collective operation timeout|Collective \w+ timed out",
+        r"|collective operation timeout|Collective \w+ timed out"
+        # Gloo's pairs and Ascend's HCCL: the same wait on a peer that never came.
+        r"|Timed out waiting \d+ ?ms for (?:recv|send) operation to complete"
+        r"|(?i:wait execution of the notify register times out)|EI0002: ",
         HANG_CASCADE,
         "A collective did not finish in time (PyTorch's NCCL watchdog, its flight recorder or "
         "NCCL's RAS).",
@@ -121,7 +123,11 @@ COLLECTIVES = (
         r"Some NCCL operations have failed or timed out|detected by watchdog at work"
         r"|taking the entire process down|NCCL communicator was aborted"
         r"|failure detected by watchdog",
-        hint(C.NCCL_TIMEOUT_HANG, A.INTERCONNECT),
+        # The process group taking its process down is a failure of the collectives even when
+        # the timeout or error that set it off was printed elsewhere (another rank's log, a
+        # line cut off): a consequence, so any cause the excerpt shows still comes first.
+        HANG_CASCADE,
         "ProcessGroupNCCL tearing down after an error or timeout.",
+        refine=flood,
     ),
 )

@@ -21,6 +21,24 @@ from detection.core.signatures.entries import (
 from detection.core.signatures.model import classify
 from detection.core.signatures.refiners import flood
 
+# Memory monitors that end a job's processes before the kernel's OOM killer would (Ray's, a
+# Kubernetes cgroup, systemd-oomd, earlyoom, YARN): the job's own footprint, which a retry on
+# the same hosts repeats. Checked before the CUDA table, whose "OutOfMemoryError" Ray reuses.
+MEMORY_MONITORS = (
+    sig(
+        "memory_monitor_kill",
+        r"killed due to memory pressure \(OOM\)|killed due to the node running low on memory"
+        r"|ray\.exceptions\.OutOfMemoryError|\bOOMKilled\b"
+        r"|systemd-oomd[^\n]*Killed [^\n]*due to memory|earlyoom[^\n]*sending SIG(?:TERM|KILL)"
+        r"|is running beyond (?:physical|virtual) memory limits"
+        r"|Container killed by YARN for exceeding memory limits",
+        HOST_OOM,
+        "A memory monitor (Ray's, Kubernetes', systemd-oomd, earlyoom, YARN) killed the job's "
+        "processes: the host ran short of memory for what the job uses.",
+        refine=flood,
+    ),
+)
+
 HOSTS_AND_SCHEDULERS = (
     sig(
         "host_oom_killer",
@@ -164,6 +182,18 @@ HOSTS_AND_SCHEDULERS = (
         classify(K.CRASH, C.NODE_OR_PROCESS_FAILURE, A.NONE, R.INITIATING, False, S.ERROR),
         "The coordination service lost a worker process (no heartbeat): it crashed, was killed "
         "or preempted; the line does not say which node.",
+        refine=flood,
+    ),
+    sig(
+        "scheduler_unreachable",
+        # The scheduler's controller did not answer (Slurm's RPC timeouts, PBS's server, LSF's
+        # daemons): an outage of the controller, not of the job or its nodes.
+        r"Unable to confirm allocation for job|(?i:unable to contact slurm controller)"
+        r"|Socket timed out on send/recv operation|Zero Bytes were transmitted or received"
+        r"|(?i:cannot connect to (?:default )?server[^\n]*(?:pbs_server|errno))"
+        r"|LSF daemon \(LIM\) not responding|batch system daemon not responding",
+        SCHED,
+        "The scheduler's controller did not answer the job's request (an RPC timed out).",
         refine=flood,
     ),
     sig(
