@@ -42,6 +42,8 @@ _STARTUP = compile_re(
     r"INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d+|Init COMPLETE|bootstrap\.cc?u?:\d|"
     # Gloo's and JAX's process-group set-up.
     r"connectFullMesh|jax\.distributed\.initialize|PjRT_Client_Connect|"
+    # Paddle's, Horovod's, DeepSpeed's and Ascend HCCL's set-up of the group and its links.
+    r"init_parallel_env|hvd\.init\(|init_distributed|HcclCommInit|LinkEstablish|"
     # A task registering with JAX's (TensorFlow's) coordination service joins the job.
     r"CoordinationService/RegisterTask|"
     # The first collective of a process group (sequence number 1), or a timeout report that no

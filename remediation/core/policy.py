@@ -69,6 +69,8 @@ DEFAULT_RULES: Mapping[str, Action] = {
     "host_memory_exhausted": Action.STOP,
     "memory_monitor_kill": Action.STOP,
     "collective_timeout_in_checkpoint_save": Action.STOP,
+    "checkpoint_save_failed": Action.STOP,
+    "npu_fault_restart": Action.RESTART,
     "cuda_illegal_memory_access": Action.RESTART,
     "nvrm_xid_application": Action.RESTART,
     "slurm_cancelled": Action.NONE,

@@ -44,6 +44,16 @@ FILESYSTEMS = (
         "A write to storage failed (tensorstore and orbax phrase it so).",
     ),
     sig(
+        "checkpoint_save_failed",
+        # A distributed checkpoint's save or load failed on its ranks (torch.distributed's
+        # checkpoint, orbax): the next save meets the same path.
+        r"\bCheckpointException\b|(?i:(?:checkpoint (?:save|saving)|saving (?:the )?checkpoint)"
+        r" failed|failed to save (?:the )?checkpoint)",
+        FS,
+        "Saving (or loading) a distributed checkpoint failed on its ranks.",
+        refine=flood,
+    ),
+    sig(
         "checkpoint_unwritable",
         r"File \S{1,512} cannot be opened|Parent directory \S{1,512} does not exist",
         FS,
