@@ -154,6 +154,7 @@ def read_shape(interruption: Interruption, lines: Sequence[str]) -> Interruption
     interruption = dataclasses.replace(interruption, phase=phase_of(lines, failed_at).value)
     interruption = _unless_recovered(interruption, lines)
     interruption = _as_checkpoint_wait(interruption, lines, failed_at)
+    interruption = _as_collective_desync(interruption, lines)
     return _as_host_memory(_as_checkpoint_io(interruption, lines, failed_at), lines, failed_at)
 
 
@@ -234,6 +235,42 @@ def _as_checkpoint_wait(
         root_cause=COLLECTIVE_TIMEOUT_IN_SAVE,
         explanation=interruption.explanation.rstrip()
         + f" The ranks were waiting while a checkpoint was saved (line {at}).",
+    )
+
+
+COLLECTIVE_DESYNC = "collective_desync"
+# A watchdog's report of one rank's timed-out collective: its rank, sequence number and kind.
+_RANK_WORK = compile_re(
+    r"\[Rank (?P<rank>\d+)\][^\n]*WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
+)
+# Sequence numbers this close apart on one kind of collective are one process group's.
+_DESYNC_SPAN = 16
+
+
+def _as_collective_desync(interruption: Interruption, lines: Sequence[str]) -> Interruption:
+    """Ranks that time out on the same kind of collective at different sequence numbers issued
+    different numbers of collectives: the code took different paths on them (a desync), and a
+    retry takes the same paths. Far-apart numbers are other process groups' and say nothing."""
+    if interruption.category is not Category.NCCL_TIMEOUT_HANG or interruption.node_local:
+        return interruption
+    seen: dict[tuple[str, str], int] = {}
+    for line in lines:
+        match = _RANK_WORK.search(line)
+        if match is not None:
+            seen.setdefault((match["op"], match["rank"]), int(match["seq"]))
+    by_op: dict[str, set[int]] = {}
+    for (op, _), seq in seen.items():
+        by_op.setdefault(op, set()).add(seq)
+    if not any(len(s) > 1 and max(s) - min(s) <= _DESYNC_SPAN for s in by_op.values()):
+        return interruption
+    return dataclasses.replace(
+        interruption,
+        signature=COLLECTIVE_DESYNC,
+        attribution=Attribution.APPLICATION,
+        root_cause=COLLECTIVE_DESYNC,
+        explanation=interruption.explanation.rstrip()
+        + " The ranks timed out on the same collective at different sequence numbers: they "
+        "issued different collectives.",
     )
 
 

@@ -70,6 +70,7 @@ DEFAULT_RULES: Mapping[str, Action] = {
     "memory_monitor_kill": Action.STOP,
     "collective_timeout_in_checkpoint_save": Action.STOP,
     "checkpoint_save_failed": Action.STOP,
+    "collective_desync": Action.STOP,
     "npu_fault_restart": Action.RESTART,
     "cuda_illegal_memory_access": Action.RESTART,
     "nvrm_xid_application": Action.RESTART,
