@@ -20,7 +20,7 @@ APPLICATION = (
         r"enroot-switchroot: failed to execute|(?i:OCI runtime (?:create|exec|start) failed)"
         r"|(?:apptainer|singularity|FATAL): +(?:container creation failed|could not open image"
         r"|while (?:creating|making) image)",
-        _CONTAINER,
+        dataclasses.replace(_CONTAINER, attribution=A.APPLICATION),
         "The job's container could not be started (its image, its entrypoint, or how the "
         "container runtime is configured).",
         refine=flood,

@@ -3,7 +3,8 @@ Lustre and NFS clients that lost their servers."""
 
 from __future__ import annotations
 
-from detection.core.signatures.entries import FS, sig
+from detection.core.signatures.entries import FS, A, C, K, R, S, sig
+from detection.core.signatures.model import classify
 from detection.core.signatures.refiners import flood
 
 FILESYSTEMS = (
@@ -49,7 +50,8 @@ FILESYSTEMS = (
         # checkpoint, orbax): the next save meets the same path.
         r"\bCheckpointException\b|(?i:(?:checkpoint (?:save|saving)|saving (?:the )?checkpoint)"
         r" failed|failed to save (?:the )?checkpoint)",
-        FS,
+        # On every rank alike: the saving code or its settings, not one node's disk.
+        classify(K.CRASH, C.FILESYSTEM_IO, A.APPLICATION, R.INITIATING, False, S.ERROR),
         "Saving (or loading) a distributed checkpoint failed on its ranks.",
         refine=flood,
     ),
