@@ -16,6 +16,7 @@ Pure Python on RE2.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -253,15 +254,17 @@ def _as_collective_desync(interruption: Interruption, lines: Sequence[str]) -> I
     retry takes the same paths. Far-apart numbers are other process groups' and say nothing."""
     if interruption.category is not Category.NCCL_TIMEOUT_HANG or interruption.node_local:
         return interruption
+    if interruption.hosts:
+        return interruption
     seen: dict[tuple[str, str], int] = {}
     for line in lines:
         match = _RANK_WORK.search(line)
         if match is not None:
             seen.setdefault((match["op"], match["rank"]), int(match["seq"]))
-    by_op: dict[str, set[int]] = {}
+    by_op: dict[str, list[int]] = {}
     for (op, _), seq in seen.items():
-        by_op.setdefault(op, set()).add(seq)
-    if not any(len(s) > 1 and max(s) - min(s) <= _DESYNC_SPAN for s in by_op.values()):
+        by_op.setdefault(op, []).append(seq)
+    if not any(_desynced(seqs) for seqs in by_op.values()):
         return interruption
     return dataclasses.replace(
         interruption,
@@ -272,6 +275,15 @@ def _as_collective_desync(interruption: Interruption, lines: Sequence[str]) -> I
         + " The ranks timed out on the same collective at different sequence numbers: they "
         "issued different collectives.",
     )
+
+
+def _desynced(seqs: list[int]) -> bool:
+    """Nearby but different sequence numbers, with no one rank behind ranks that agree: one
+    rank left behind by the rest is stuck itself (its node is the suspect), not desynced."""
+    counts = Counter(seqs)
+    if len(counts) < 2 or max(counts) - min(counts) > _DESYNC_SPAN:
+        return False
+    return not (len(counts) == 2 and min(counts.values()) == 1 < max(counts.values()))
 
 
 HOST_MEMORY_EXHAUSTED = "host_memory_exhausted"

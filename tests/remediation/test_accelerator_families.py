@@ -153,3 +153,12 @@ def test_a_ray_task_worker_that_died_and_was_retried_is_noise() -> None:
         "by an unexpected system error. Worker exit type: SYSTEM_ERROR"
     )
     assert verdict(got) == ("benign", "none")
+
+
+def test_one_rank_behind_ranks_that_agree_is_not_read_as_a_desync() -> None:
+    line = (
+        "[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={n}, "
+        "OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600100 milliseconds before timing out."
+    )
+    got = decided(*STEPS, *(line.format(r=r, n=77) for r in (0, 1, 3)), line.format(r=2, n=76))
+    assert got["action"] == "restart"
