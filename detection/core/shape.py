@@ -16,6 +16,7 @@ Pure Python on RE2.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from enum import StrEnum
 
@@ -42,6 +43,8 @@ _STARTUP = compile_re(
     r"INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d+|Init COMPLETE|bootstrap\.cc?u?:\d|"
     # Gloo's and JAX's process-group set-up.
     r"connectFullMesh|jax\.distributed\.initialize|PjRT_Client_Connect|"
+    # Paddle's, Horovod's, DeepSpeed's and Ascend HCCL's set-up of the group and its links.
+    r"init_parallel_env|hvd\.init\(|init_distributed|HcclCommInit|LinkEstablish|"
     # A task registering with JAX's (TensorFlow's) coordination service joins the job.
     r"CoordinationService/RegisterTask|"
     # The first collective of a process group (sequence number 1), or a timeout report that no
@@ -152,6 +155,7 @@ def read_shape(interruption: Interruption, lines: Sequence[str]) -> Interruption
     interruption = dataclasses.replace(interruption, phase=phase_of(lines, failed_at).value)
     interruption = _unless_recovered(interruption, lines)
     interruption = _as_checkpoint_wait(interruption, lines, failed_at)
+    interruption = _as_collective_desync(interruption, lines)
     return _as_host_memory(_as_checkpoint_io(interruption, lines, failed_at), lines, failed_at)
 
 
@@ -233,6 +237,53 @@ def _as_checkpoint_wait(
         explanation=interruption.explanation.rstrip()
         + f" The ranks were waiting while a checkpoint was saved (line {at}).",
     )
+
+
+COLLECTIVE_DESYNC = "collective_desync"
+# A watchdog's report of one rank's timed-out collective: its rank, sequence number and kind.
+_RANK_WORK = compile_re(
+    r"\[Rank (?P<rank>\d+)\][^\n]*WorkNCCL\(SeqNum=(?P<seq>\d+), OpType=(?P<op>\w+)"
+)
+# Sequence numbers this close apart on one kind of collective are one process group's.
+_DESYNC_SPAN = 16
+
+
+def _as_collective_desync(interruption: Interruption, lines: Sequence[str]) -> Interruption:
+    """Ranks that time out on the same kind of collective at different sequence numbers issued
+    different numbers of collectives: the code took different paths on them (a desync), and a
+    retry takes the same paths. Far-apart numbers are other process groups' and say nothing."""
+    if interruption.category is not Category.NCCL_TIMEOUT_HANG or interruption.node_local:
+        return interruption
+    if interruption.hosts:
+        return interruption
+    seen: dict[tuple[str, str], int] = {}
+    for line in lines:
+        match = _RANK_WORK.search(line)
+        if match is not None:
+            seen.setdefault((match["op"], match["rank"]), int(match["seq"]))
+    by_op: dict[str, list[int]] = {}
+    for (op, _), seq in seen.items():
+        by_op.setdefault(op, []).append(seq)
+    if not any(_desynced(seqs) for seqs in by_op.values()):
+        return interruption
+    return dataclasses.replace(
+        interruption,
+        signature=COLLECTIVE_DESYNC,
+        attribution=Attribution.APPLICATION,
+        root_cause=COLLECTIVE_DESYNC,
+        explanation=interruption.explanation.rstrip()
+        + " The ranks timed out on the same collective at different sequence numbers: they "
+        "issued different collectives.",
+    )
+
+
+def _desynced(seqs: list[int]) -> bool:
+    """Nearby but different sequence numbers, with no one rank behind ranks that agree: one
+    rank left behind by the rest is stuck itself (its node is the suspect), not desynced."""
+    counts = Counter(seqs)
+    if len(counts) < 2 or max(counts) - min(counts) > _DESYNC_SPAN:
+        return False
+    return not (len(counts) == 2 and min(counts.values()) == 1 < max(counts.values()))
 
 
 HOST_MEMORY_EXHAUSTED = "host_memory_exhausted"

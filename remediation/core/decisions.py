@@ -104,6 +104,29 @@ FIXES: Mapping[str, str] = {
         "timeout (timeout= of init_process_group) above the save's time, or save faster "
         "(sharded or asynchronous checkpoints, faster storage)"
     ),
+    "checkpoint_save_failed": (
+        "the distributed checkpoint's save failed on its ranks: fix the save (its path, the "
+        "checkpointing code or its settings) before training again, or the next save fails too"
+    ),
+    "collective_desync": (
+        "the ranks issued different collectives (one took another code path: a logging or "
+        "evaluation hook, a data-dependent branch): make every rank run the same collectives"
+    ),
+    "container_start_failed": (
+        "the job's container cannot start: fix its image or entrypoint, or the container "
+        "runtime's configuration (its runtime and cache directories)"
+    ),
+    "container_import_failed": (
+        "the container runtime cannot import the job's image: read the lines of its log the "
+        "excerpt prints, and fix the image or the runtime's configuration"
+    ),
+    "accelerator_call_refused": (
+        "a GPU library refused the job's call or could not be loaded: change the setting it "
+        "refuses (batch size, data layout, algorithm) or repair the environment's libraries"
+    ),
+    "cluster_config_invalid": (
+        "the job's cluster description (ranktable) is invalid: fix its addresses and ranks"
+    ),
     "launch_directory_missing": (
         "the job's working directory is not mounted on the compute nodes: start the job from "
         "a file system they mount (scratch), or cd there in the script"

@@ -9,6 +9,7 @@ themselves live in ``hardware.py`` and the ``software/`` package.
 
 from __future__ import annotations
 
+from detection.core.signatures.accelerators import ACCELERATORS, VENDOR_CONFIG, VENDOR_NETWORK
 from detection.core.signatures.entries import BENIGN, hint, sig
 from detection.core.signatures.hardware import GPU, NETWORK
 from detection.core.signatures.model import Signature
@@ -41,6 +42,24 @@ KNOWN_BENIGN = (
         r" '[^'\n]{0,512}': Read-only file system",
         BENIGN,
         "A container entrypoint's shell command refused by a read-only image layer.",
+    ),
+    sig(
+        "nfs_placeholder_busy",
+        # NFS keeps a deleted file that is still open as ".nfsXXXX": removing its directory
+        # meanwhile fails, a clean-up that the job outlives.
+        r"\[Errno (?:16|39)\] (?:Device or resource busy|Directory not empty): "
+        r"'[^'\n]*\.nfs[0-9a-fA-F]{8,}",
+        BENIGN,
+        "NFS's placeholder of a deleted file still held open blocks its removal (clean-up).",
+    ),
+    sig(
+        "ray_task_worker_retried",
+        # Ray's warning that a task's worker died: Ray retries the task; a failure of the job
+        # is raised as its own error (a task or actor error, a dead node).
+        r"WARNING [^\n]*A worker died or was killed while executing a task by an unexpected"
+        r" system error",
+        hint(C.NODE_OR_PROCESS_FAILURE),
+        "Ray lost a task's worker and retries the task.",
     ),
 )
 
@@ -100,12 +119,15 @@ BUILTIN_SIGNATURES: tuple[Signature, ...] = (
     *KNOWN_BENIGN,
     *LAYOUT,
     *GPU,
+    *ACCELERATORS,
     *MEMORY_MONITORS,
     *CUDA,
+    *VENDOR_NETWORK,
     *NETWORK,
     *COLLECTIVES,
     *FILESYSTEMS,
     *HOSTS_AND_SCHEDULERS,
+    *VENDOR_CONFIG,
     *APPLICATION,
     *NUMERICAL,
     *STRAGGLERS,

@@ -392,7 +392,9 @@ NETWORK = (
         # the agent left in error by it; Ascend's HCCL building its links between ranks.
         r"|while calling /tensorflow\.CoordinationService/(?:RegisterTask|WaitForAllTasks)"
         r"|Coordination service agent in error status: (?:DEADLINE_EXCEEDED|UNAVAILABLE)"
-        r"|EI0006\b[^\n]*(?i:socket)|(?i:getting socket times out)",
+        r"|EI0006\b[^\n]*(?i:socket)|(?i:getting socket times out)"
+        # c10d's store-based barrier of init_process_group: not every rank checked in.
+        r"|Timed out initializing process group in store based barrier",
         IB_CONFIG,
         "The job's processes could not connect to one another while setting up their group "
         "(the interface, address or firewall between them).",

@@ -3,10 +3,51 @@ Python exceptions."""
 
 from __future__ import annotations
 
-from detection.core.signatures.entries import APP_ERROR, APP_FATAL, A, C, hint, sig
+import dataclasses
+
+from detection.core.signatures.entries import APP_ERROR, APP_FATAL, A, C, K, R, S, hint, sig
+from detection.core.signatures.model import classify
 from detection.core.signatures.refiners import flood, refine_exception
 
+_CONTAINER = classify(K.CRASH, C.APPLICATION_ERROR, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR)
+
 APPLICATION = (
+    sig(
+        "container_start_failed",
+        # The job's container could not be started (its entrypoint, Apptainer or Singularity,
+        # an OCI runtime): its image or the runtime's configuration, which every node and
+        # every retry meet alike.
+        r"enroot-switchroot: failed to execute|(?i:OCI runtime (?:create|exec|start) failed)"
+        r"|(?:apptainer|singularity|FATAL): +(?:container creation failed|could not open image"
+        r"|while (?:creating|making) image)",
+        dataclasses.replace(_CONTAINER, attribution=A.APPLICATION),
+        "The job's container could not be started (its image, its entrypoint, or how the "
+        "container runtime is configured).",
+        refine=flood,
+    ),
+    sig(
+        "container_import_failed",
+        # pyxis's summary of a failed import or start: its log's own lines (a full disk, a
+        # refused directory) say why, and come first when a signature reads them.
+        r"pyxis: (?:container start failed|failed to import docker image|couldn't start container"
+        r"|failed to create container filesystem)",
+        dataclasses.replace(_CONTAINER, severity=S.WARNING),
+        "The container runtime could not import or start the job's image.",
+        refine=flood,
+    ),
+    sig(
+        "accelerator_call_refused",
+        # A GPU library refused the job's arguments or settings (cuDNN, HIP, CUDA runtime), or
+        # a library's own CUDA set-up failed: the same call fails on every run.
+        r"CUDNN_STATUS_(?:NOT_SUPPORTED|BAD_PARAM)|hipErrorInvalidValue|cudaErrorInvalidValue"
+        r"|\(error code = HIP:1\)|(?i:CUDA Setup failed)"
+        r"|lib(?:cudart|cublas\w*|cudnn\w*|nccl|amdhip64|rocblas|rccl|hccl|ascendcl)"
+        r"\.so[\w.]*: cannot open shared object file",
+        APP_FATAL,
+        "A GPU library refused the job's call (an unsupported or invalid setting) or could not "
+        "be loaded: the job's settings or its environment must change.",
+        refine=flood,
+    ),
     sig(
         "state_dict_mismatch",
         r"Error\(s\) in loading state_dict|Missing key\(s\) in state_dict"

@@ -3,7 +3,8 @@ Lustre and NFS clients that lost their servers."""
 
 from __future__ import annotations
 
-from detection.core.signatures.entries import FS, sig
+from detection.core.signatures.entries import FS, A, C, K, R, S, sig
+from detection.core.signatures.model import classify
 from detection.core.signatures.refiners import flood
 
 FILESYSTEMS = (
@@ -42,6 +43,17 @@ FILESYSTEMS = (
         r"|OP_REQUIRES failed at save_restore_v2_ops|Unable to connect to endpoint",
         FS,
         "A write to storage failed (tensorstore and orbax phrase it so).",
+    ),
+    sig(
+        "checkpoint_save_failed",
+        # A distributed checkpoint's save or load failed on its ranks (torch.distributed's
+        # checkpoint, orbax): the next save meets the same path.
+        r"\bCheckpointException\b|(?i:(?:checkpoint (?:save|saving)|saving (?:the )?checkpoint)"
+        r" failed|failed to save (?:the )?checkpoint)",
+        # On every rank alike: the saving code or its settings, not one node's disk.
+        classify(K.CRASH, C.FILESYSTEM_IO, A.APPLICATION, R.INITIATING, False, S.ERROR),
+        "Saving (or loading) a distributed checkpoint failed on its ranks.",
+        refine=flood,
     ),
     sig(
         "checkpoint_unwritable",
