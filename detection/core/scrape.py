@@ -20,6 +20,8 @@ GpuKey = tuple[str, int]
 GpuReadings = dict[GpuKey, dict[str, float]]
 # What the metric fault detector keeps of each GPU between scrapes, keyed ``host/gpu``.
 GpuState = dict[str, dict[str, Any]]
+# The same by node: host -> GPU index (as text, as stored) -> what is kept of it.
+NodeGpuStates = dict[str, dict[str, dict[str, Any]]]
 
 
 @dataclass
@@ -43,14 +45,15 @@ class ScrapeByHost:
             if Dcgm.GPU_UTIL in gauges
         ]
 
-    def gpu_state(self, owned: Callable[[str], bool] | None = None) -> GpuState:
-        """Each GPU's job, PCI address, last Xid code and double-bit ECC count (of the hosts
-        ``owned`` says yes to, or of every host)."""
-        state: GpuState = {}
+    def gpu_states(self, owned: Callable[[str], bool] | None = None) -> NodeGpuStates:
+        """By node, each GPU's job, PCI address, last Xid code and double-bit ECC count (of the
+        hosts ``owned`` says yes to, or of every host)."""
+        states: NodeGpuStates = {}
         for host, gpus in self.labels.items():
             if owned is not None and not owned(host):
                 continue
             readings = self.readings[host]
+            of_host = states[host] = {}
             for gpu, (job, pci) in gpus.items():
                 entry: dict[str, Any] = {"job": job}
                 if pci:
@@ -60,8 +63,13 @@ class ScrapeByHost:
                     entry["xid"] = int(gauges[Dcgm.XID_ERRORS])
                 if Dcgm.ECC_DBE_VOL_TOTAL in gauges:
                     entry["dbe"] = gauges[Dcgm.ECC_DBE_VOL_TOTAL]
-                state[f"{host}/{gpu}"] = entry
-        return state
+                of_host[str(gpu)] = entry
+        return states
+
+
+def by_gpu(states: NodeGpuStates) -> GpuState:
+    """The nodes' GPU states keyed ``host/gpu``, as the metric fault detector compares them."""
+    return {f"{host}/{gpu}": entry for host, gpus in states.items() for gpu, entry in gpus.items()}
 
 
 def read_by_host(

@@ -3,9 +3,11 @@ for what the scheduler says of how they ended."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from detection.core.config import DetectorConfig
 from detection.core.detectors.scheduler import scheduler_interruption
@@ -36,14 +38,15 @@ def _check_running_attempts(
     metrics: SourceReading | None,
     summary: ScanSummary,
     part: Shard = WHOLE,
+    owned: Collection[int] | None = None,
 ) -> None:
     """Hangs, slowdowns and divergence of the (shard's) running attempts, once the cycle knows
     whether its telemetry is in a gap: then silence and slowness wait, and the gap is what is
     told. Shard 0 opens and closes gaps, from its own jobs (a fair sample: jobs hash evenly);
-    the other shards follow the gaps it keeps."""
-    running = Attempt.objects.filter(cluster=cluster, state="RUNNING", ended_at__isnull=True)
-    if part.of > 1:
-        owned = [a.pk for a in running.only("pk", "job_id") if part.owns(a.job_id)]
+    the other shards follow the gaps it keeps. ``owned``: the shard's running attempts
+    (``_owned_running``), None for a whole scan."""
+    running = _running(cluster)
+    if owned is not None:
         running = running.filter(pk__in=owned)
     interrupted = set(
         Anomaly.objects.filter(attempt__in=running, family=AnomalyFamily.INTERRUPTION).values_list(
@@ -106,14 +109,19 @@ def _check_running_attempts(
                 summary.count(record_interruption(attempt, finding, now))
 
 
-def _running_nodes(cluster: Cluster, part: Shard) -> set[str]:
-    """The nodes the shard's running attempts run on."""
-    running = Attempt.objects.filter(cluster=cluster, state="RUNNING", ended_at__isnull=True)
+def _running(cluster: Cluster) -> QuerySet[Attempt]:
+    return Attempt.objects.filter(cluster=cluster, state="RUNNING", ended_at__isnull=True)
+
+
+def _owned_running(cluster: Cluster, part: Shard) -> dict[int, list[str]] | None:
+    """The shard's running attempts and the nodes each runs on (None for a whole scan: every
+    running attempt is its own), read once for the metrics and the checks."""
+    if part.of == 1:
+        return None
     return {
-        node
-        for job_id, nodes in running.values_list("job_id", "nodes")
+        pk: list(nodes or ())
+        for pk, job_id, nodes in _running(cluster).values_list("pk", "job_id", "nodes")
         if part.owns(job_id)
-        for node in nodes or ()
     }
 
 

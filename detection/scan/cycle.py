@@ -10,7 +10,7 @@ from fleet.models import Cluster
 
 from ..anomalies import resolve_settled
 from ..services import cluster_sources, detection_settings_of, scan_lease
-from .checks import _check_ended_attempts, _check_running_attempts, _running_nodes
+from .checks import _check_ended_attempts, _check_running_attempts, _owned_running
 from .common import NODE_LOG_SOURCES, ScanSummary, Shard
 from .metrics import _read_metrics
 from .reading import _adopt_pending_lines, _read_log_source
@@ -45,11 +45,14 @@ def scan_cluster(
             _read_log_source(cluster, name, source, now, config, summary, deadline, part)
             for name, source in sources.logs.items()
         ]
-        nodes = _running_nodes(cluster, part) if part.of > 1 else ()
+        owned = _owned_running(cluster, part)
+        nodes = {node for of_attempt in (owned or {}).values() for node in of_attempt}
         scrape, metrics = _read_metrics(cluster, sources, now, summary, part, nodes)
         # Node logs carry no job's progress: their silence says nothing of a hang.
         progress = [r for r in readings if r.name not in NODE_LOG_SOURCES]
-        _check_running_attempts(cluster, now, config, scrape, progress, metrics, summary, part)
+        _check_running_attempts(
+            cluster, now, config, scrape, progress, metrics, summary, part, owned
+        )
         if part.leads:
             _check_ended_attempts(cluster, now, summary)
             summary.resolved_anomalies = resolve_settled(cluster.pk, now)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from datetime import datetime
-from typing import Any
 
 from django.db import transaction
 from django.db.models.functions import Mod
@@ -14,7 +13,7 @@ from django.db.models.functions import Mod
 from detection.core.detectors.gpu_faults import detect_metric_faults
 from detection.core.gaps import SourceReading
 from detection.core.interruption import Interruption
-from detection.core.scrape import GpuState, ScrapeByHost, read_by_host
+from detection.core.scrape import NodeGpuStates, ScrapeByHost, by_gpu, read_by_host
 from detection.core.sharding import stable_hash
 from detection.sources.base import SourceUnavailable
 from detection.sources.config import ClusterSources
@@ -50,18 +49,16 @@ def _read_metrics(
         if row is not None:
             _mark_unhealthy(row, exc, summary)
         return ScrapeByHost(), SourceReading("metrics", reachable=False, error=str(exc))
-    if part.of == 1:
-        by_host = read_by_host(scrape.samples)
-    else:
-        wanted = set(nodes)
-        by_host = read_by_host(scrape.samples, lambda h: part.owns_host(h) or h in wanted)
-    current = by_host.gpu_state(None if part.of == 1 else part.owns_host)
+    # A whole scan keeps every node; a shard its own nodes and those its attempts run on.
+    owned = None if part.of == 1 else part.owns_host
+    wanted = set(nodes)
+    by_host = read_by_host(
+        scrape.samples, None if owned is None else (lambda h: owned(h) or h in wanted)
+    )
+    current = by_host.gpu_states(owned)
     with transaction.atomic():
         stored = _stored_gpu_states(cluster, part)
-        previous = {
-            f"{host}/{gpu}": entry for host, gpus in stored.items() for gpu, entry in gpus.items()
-        }
-        for fault in detect_metric_faults(previous, current, now):
+        for fault in detect_metric_faults(by_gpu(stored), by_gpu(current), now):
             _record_metric_fault(cluster, fault, now, summary)
         _store_gpu_states(cluster, stored, current)
         if row is not None:
@@ -75,24 +72,18 @@ def _read_metrics(
 STATE_CHUNK = 500
 
 
-def _stored_gpu_states(cluster: Cluster, part: Shard) -> dict[str, dict[str, dict[str, Any]]]:
+def _stored_gpu_states(cluster: Cluster, part: Shard) -> NodeGpuStates:
     rows = NodeGpuState.objects.filter(cluster=cluster)
     if part.of > 1:
         rows = rows.alias(bucket=Mod("host_hash", part.of)).filter(bucket=part.number)
     return dict(rows.values_list("host", "gpus"))
 
 
-def _store_gpu_states(
-    cluster: Cluster, stored: dict[str, dict[str, dict[str, Any]]], current: GpuState
-) -> None:
+def _store_gpu_states(cluster: Cluster, stored: NodeGpuStates, current: NodeGpuStates) -> None:
     """Write the nodes whose GPUs changed since the last scrape (new, different or gone), in
     chunks; a node whose GPUs look as they did is not written at all."""
-    by_host: dict[str, dict[str, dict[str, Any]]] = {}
-    for key, entry in current.items():
-        host, gpu = key.rsplit("/", 1)
-        # No real host name is this long (DNS stops at 253): a label that is cannot be a node.
-        if len(host) <= MAX_HOST_CHARS:
-            by_host.setdefault(host, {})[gpu] = entry
+    # No real host name is this long (DNS stops at 253): a label that is cannot be a node.
+    by_host = {host: gpus for host, gpus in current.items() if len(host) <= MAX_HOST_CHARS}
     new = [h for h in by_host if h not in stored]
     changed = [h for h in by_host if h in stored and stored[h] != by_host[h]]
     gone = [h for h in stored if h not in by_host]

@@ -182,21 +182,8 @@ def _payload_of(values: dict[str, Any], attempt: Attempt) -> dict[str, Any]:
     return payload
 
 
-# The fields ``_copy_job`` writes: what a snapshot can change on an attempt.
-COPIED = (
-    "name",
-    "partition",
-    "state",
-    "nodes",
-    "excluded_nodes",
-    "submitted_at",
-    "started_at",
-    "exit_code",
-    "signal",
-    "reason",
-    "comment",
-    "ended_at",
-)
+# The fields ``_copy_job`` writes: every audited field but the console's own time to resume.
+COPIED = tuple(f for f in ATTEMPT_FIELDS if f != "time_to_resume_s")
 
 
 def _copied_fields(attempt: Attempt) -> tuple[Any, ...]:

@@ -116,7 +116,7 @@ def measure_cycle(workloads: int, seed: int, cycles: int, tick: Tick) -> dict[st
     tick(1.0)
     figures = _cycle_figures(workloads, nodes, running, samples, backlog)
     figures["rss_mb_by_cycle"] = rss_by_cycle
-    figures["workers"] = _worker_figures(samples, by_workers)
+    figures["workers"] = _worker_figures(figures, by_workers)
     figures["advice_reads"] = {
         "reads": len(reads),
         "seconds_p50": round(statistics.median(r for r, _ in reads), 4),
@@ -173,20 +173,14 @@ def _cycles_with_workers(
 
 
 def _worker_figures(
-    in_process: dict[str, list[tuple[float, int]]], by_workers: dict[int, list[dict[str, Any]]]
+    in_process: dict[str, Any], by_workers: dict[int, list[dict[str, Any]]]
 ) -> dict[str, Any]:
-    """Medians of the cycle with the console's own scan and with 1, 2 and 4 scan worker
-    processes, and the speed-up of more workers over one worker process."""
+    """Medians of the cycle with the console's own scan (``in_process``: its cycle figures)
+    and with 1, 2 and 4 scan worker processes, and the speed-up of more workers over one."""
     out: dict[str, Any] = {
         "in_process": {
-            "scan_seconds": round(statistics.median(s for s, _ in in_process["scan"]), 3),
-            "cycle_seconds": round(
-                statistics.median(
-                    sum(in_process[name][i][0] for name in PART_NAMES if name != "snapshot")
-                    for i in range(len(in_process["scan"]))
-                ),
-                3,
-            ),
+            "scan_seconds": in_process["parts"]["scan"]["seconds"],
+            "cycle_seconds": in_process["seconds"],
         }
     }
     medians = {

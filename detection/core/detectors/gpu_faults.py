@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from detection.core.interruption import Confidence, Evidence, HostOrigin, Interruption
-from detection.core.scrape import GpuState, read_by_host
+from detection.core.scrape import GpuState, by_gpu, read_by_host
 from detection.core.signatures import grade_xid
 from detection.core.telemetry import Dcgm, MetricSample
 from fleet.core.taxonomy import (
@@ -31,7 +31,7 @@ ECC_DBE = Dcgm.ECC_DBE_VOL_TOTAL
 
 def read_scrape(samples: Iterable[MetricSample]) -> GpuState:
     """The part of a scrape the metric detector tracks, keyed ``host/gpu``."""
-    return read_by_host(samples).gpu_state()
+    return by_gpu(read_by_host(samples).gpu_states())
 
 
 def detect_metric_faults(previous: GpuState, current: GpuState, at: datetime) -> list[Interruption]:
