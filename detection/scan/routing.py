@@ -24,18 +24,32 @@ def _route_lines(
     node when it was written. Lines of jobs not reported yet wait in PendingLines. Of all
     that, a shard keeps what goes to its own jobs, and holds its own jobs' waiting lines."""
     job_ids = {line.job_id for line in lines if line.job_id}
-    attempts_of = _attempts_of_jobs(cluster, job_ids)
+    owned = {job_id for job_id in job_ids if part.owns(job_id)}
+    attempts_of = _attempts_of_jobs(cluster, owned)
+    # Another shard's job's lines are that shard's; only a line of a job nobody has reported
+    # yet goes by its host, so of the others' jobs only those with such lines are looked up.
+    others = {
+        line.job_id for line in lines if line.host and line.job_id and line.job_id not in owned
+    }
+    others_known = _known_jobs(cluster, others)
     on_host = _attempts_by_host(cluster, now) if any(line.host for line in lines) else {}
     routed: dict[int, list[LogLine]] = defaultdict(list)
     attempts: dict[int, Attempt] = {}
     orphans: dict[str, list[LogLine]] = defaultdict(list)
     for line in lines:
-        if line.job_id in attempts_of:
-            targets = [attempt_at(attempts_of[line.job_id], line.at)]
-        else:
-            targets = _ran_on_host_at(on_host.get(line.host or "", []), line.at)
-        if not targets and line.job_id and part.owns(line.job_id):
-            orphans[line.job_id].append(line)
+        job_id = line.job_id
+        if job_id in attempts_of:
+            attempt = attempt_at(attempts_of[job_id], line.at)
+            attempts[attempt.pk] = attempt
+            routed[attempt.pk].append(line)
+            continue
+        if job_id and (job_id in others_known or not line.host):
+            if job_id in owned:
+                orphans[job_id].append(line)
+            continue
+        targets = _ran_on_host_at(on_host.get(line.host or "", []), line.at)
+        if not targets and job_id in owned:
+            orphans[job_id].append(line)
         for attempt in targets:
             if part.owns(attempt.job_id):
                 attempts[attempt.pk] = attempt
@@ -63,6 +77,13 @@ def _attempts_of_jobs(cluster: Cluster, job_ids: Iterable[str]) -> dict[str, lis
     ):
         found[attempt.job_id].append(attempt)
     return dict(found)
+
+
+def _known_jobs(cluster: Cluster, job_ids: set[str]) -> set[str]:
+    if not job_ids:
+        return set()
+    known = Attempt.objects.filter(cluster=cluster, job_id__in=list(job_ids))
+    return set(known.values_list("job_id", flat=True).distinct())
 
 
 def _ran_on_host_at(attempts: Sequence[Attempt], at: datetime) -> list[Attempt]:

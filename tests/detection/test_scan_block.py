@@ -56,3 +56,25 @@ def test_invalid_utf8_and_overlong_lines_scan_as_decoded_lines_do() -> None:
 def test_any_block_scans_as_its_decoded_lines(lines: list[bytes]) -> None:
     data = b"\n".join(lines)
     assert LIBRARY.scan_block(data) == decoded_scan(data)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(0, 200),
+            st.integers(MAX_LINE_CHARS // 2 - 2, MAX_LINE_CHARS // 2 + 2),
+            st.integers(MAX_LINE_CHARS - 3, MAX_LINE_CHARS + 3),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(0, 7),
+)
+def test_lines_near_the_cap_are_cut_as_decoded_lines_are(lengths: list[int], failing: int) -> None:
+    """Whatever a block's lines' lengths about the cap, it scans as its decoded lines: a line
+    just past the cap is cut and counted, one at it is not."""
+    failure = FAILURES[1].encode()
+    lines = [b"x" * n + (b" " + failure if i == failing else b"") for i, n in enumerate(lengths)]
+    data = b"\n".join(lines)
+    assert LIBRARY.scan_block(data) == decoded_scan(data)

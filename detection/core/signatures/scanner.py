@@ -399,8 +399,21 @@ def _plain(data: bytes) -> bool:
             data.decode("utf-8")
         except UnicodeDecodeError:
             return False
+    if not _may_hold_a_long_line(data):
+        return True
     # Splitting and measuring run in C: cheaper than a regex pass over the block.
-    return len(data) <= MAX_LINE_CHARS or max(map(len, data.split(b"\n"))) <= MAX_LINE_CHARS
+    return max(map(len, data.split(b"\n"))) <= MAX_LINE_CHARS
+
+
+def _may_hold_a_long_line(data: bytes) -> bool:
+    """False when no line of ``data`` is past ``MAX_LINE_CHARS`` bytes. Such a line would hold
+    one of the half-width windows laid end to end over the block whole, so a newline in every
+    window rules it out: a few memchr calls per block instead of splitting it into lines."""
+    width = MAX_LINE_CHARS // 2
+    return any(
+        data.find(b"\n", start, start + width) < 0
+        for start in range(0, len(data) - width + 1, width)
+    )
 
 
 def _cap(lines: Sequence[str]) -> tuple[Sequence[str], int]:
