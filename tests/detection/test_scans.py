@@ -348,3 +348,30 @@ def test_a_job_whose_node_lost_its_link_before_its_first_step_hangs_a_minute_lat
     hang = Anomaly.objects.get()
     assert (hang.kind, hang.implicated_hosts, hang.node_local) == ("hang", ["gpu-node-002"], True)
     assert "60 s after an event on one of its nodes" in hang.summary, hang.summary
+
+
+def test_a_job_that_stops_stepping_when_its_nodes_link_goes_down_hangs_two_steps_later(
+    tmp_path: Path,
+) -> None:
+    """After healthy progress, no step since a link of one of its nodes went down is called at
+    twice the job's step time after the event, not at five times it from the last step."""
+    cluster, logs, node_logs = files_cluster(tmp_path, "fabric-running", node_logs=True)
+    job = JobRecordFactory(job_id="9103", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
+    services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
+    step = 40
+    for n in range(1, 11):
+        at = (T0 + timedelta(seconds=step * n)).isoformat()
+        append(logs / "slurm-9103.out", f"{at} iteration {n:6d}/ 100000 | lm loss: 2.1 |\n")
+    last = T0 + timedelta(seconds=step * 10)
+    event = last + timedelta(seconds=5)
+    append(
+        node_logs / "gpu-node-002.log",
+        f"{event.isoformat()} gpu-node-002 kernel: mlx5_core 0000:5e:00.0: Port module "
+        "event: module 0, Cable unplugged\n",
+    )
+    scan.scan_cluster(cluster, event + timedelta(seconds=2 * step - 5))
+    assert not Anomaly.objects.exists()
+    scan.scan_cluster(cluster, event + timedelta(seconds=2 * step + 5))
+    hang = Anomaly.objects.get()
+    assert (hang.kind, hang.implicated_hosts, hang.node_local) == ("hang", ["gpu-node-002"], True)
+    assert "80 s after an event on one of its nodes" in hang.summary, hang.summary

@@ -6,7 +6,8 @@ stepping every 2 s is called hung after a minute, one stepping every 5 minutes a
 gets its own grace; a restarted attempt's follows how long its workload's earlier attempts took
 to reach their first step. A checkpoint save, a checkpoint load or an evaluation while the log
 shows one running (begun, not yet finished) pauses progress legitimately: each gets a grace of
-its own, and once it has finished the silence counts from its end. The tracker is a frozen
+its own, and once it has finished the silence counts from its end. Silence since a link of one
+of the job's nodes went down is called sooner: two signals agree. The tracker is a frozen
 value the caller stores between cycles, so detection survives a restart of the process that
 runs it.
 """
@@ -51,7 +52,11 @@ class HangSettings:
     attempt of a workload whose earlier attempts reached their first step is allowed
     ``startup_multiple`` × the longest of those start-ups instead (at least ``floor_seconds``,
     at most the grace), except while a checkpoint load is visibly running: a restart that
-    hangs in start-up is then found in minutes, not in half an hour."""
+    hangs in start-up is then found in minutes, not in half an hour.
+
+    No progress since a link of one of the job's nodes went down shortens the wait: to
+    ``floor_seconds`` after the event in start-up, to ``after_node_event_multiple`` × the
+    smoothed interval (at least ``floor_seconds``) after it once the job has made progress."""
 
     interval_multiple: float = 5.0
     floor_seconds: float = 60.0
@@ -59,6 +64,7 @@ class HangSettings:
     startup_multiple: float = 3.0
     checkpoint_grace_seconds: float = 1200.0
     evaluation_grace_seconds: float = 1200.0
+    after_node_event_multiple: float = 2.0
     idle_gpu_seconds: float = 180.0
     idle_utilisation: float = 5.0
     smoothing: float = 0.2
@@ -236,8 +242,9 @@ def check_hang(
         return _no_progress(job_id, tracker, silent_since(tracker, counts_from), allowed)
     after_event = _silent_after_node_event(tracker, now, settings, counts_from)
     if after_event is not None:
-        why = f"{settings.floor_seconds:.0f} s after an event on one of its nodes"
-        return _no_progress(job_id, tracker, silent_since(tracker, counts_from), after_event, why)
+        allowed, waited = after_event
+        why = f"{waited:.0f} s after an event on one of its nodes"
+        return _no_progress(job_id, tracker, silent_since(tracker, counts_from), allowed, why)
     # GPUs wait on storage during a save or a load: idle then is the pause, not a hang, and
     # an idle spell counts from the pause's end.
     if tracker.checkpoint_since is not None or tracker.gpus_idle_since is None:
@@ -253,20 +260,26 @@ def _silent_after_node_event(
     now: datetime,
     settings: HangSettings,
     counts_from: datetime | None = None,
-) -> float | None:
-    """A job still starting up (no progress yet, no checkpoint load running) when a link of
-    one of its nodes went down is hung once ``floor_seconds`` pass after that event without
-    progress: its first collective cannot complete, so the start-up grace no longer applies.
-    The silence allowed (seconds) when that is so, else None."""
+) -> tuple[float, float] | None:
+    """A job that has made no progress since a link of one of its nodes went down is hung
+    sooner than silence alone would say: two signals agree. Still starting up (no checkpoint
+    load running), it cannot get through its first collective, so the start-up grace gives way
+    to ``floor_seconds`` after the event; after healthy progress, to
+    ``after_node_event_multiple`` × its smoothed interval (at least ``floor_seconds``) after the
+    event, time for a healthy job to report a step or two. When that is so, the silence allowed
+    and the wait after the event (seconds), else None."""
     event = tracker.node_event_at
-    if event is None or tracker.last_progress_at is not None or tracker.pause == "load":
-        return None
+    if event is None or tracker.pause:
+        return None  # a visible save, load or evaluation explains the silence
     since = silent_since(tracker, counts_from)
     if event < since:
-        return None  # before the silence that counts (a telemetry gap, a load that since ended)
-    if now - event <= timedelta(seconds=settings.floor_seconds):
+        return None  # progress since, or before the silence that counts (a telemetry gap)
+    wait = settings.floor_seconds
+    if tracker.last_progress_at is not None:
+        wait = max(wait, settings.after_node_event_multiple * (tracker.interval_seconds or 0.0))
+    if now - event <= timedelta(seconds=wait):
         return None
-    return (event - since).total_seconds() + settings.floor_seconds
+    return (event - since).total_seconds() + wait, wait
 
 
 def _no_progress(
@@ -284,6 +297,8 @@ def _no_progress(
             )
     else:
         what = f"no progress since step {tracker.last_step} for more than {allowed:.0f} s"
+        if why:
+            what += f" ({why})"
     evidence = Evidence(at=since, source="log", text=tracker.last_line or what, signature=SILENCE)
     return _hang(job_id, "hang:no-progress", since, what, evidence)
 

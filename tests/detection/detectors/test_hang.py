@@ -212,16 +212,47 @@ def test_a_job_starting_up_when_its_nodes_link_went_down_hangs_a_floor_after_the
     assert "within 100 s of the start (60 s after an event on one of its nodes)" in finding.summary
 
 
-def test_a_node_event_does_not_shorten_a_running_jobs_or_a_loads_allowance() -> None:
-    settings = HangSettings(floor_seconds=60, startup_grace_seconds=1800)
-    running = steady(20, every=30)
+def test_a_running_job_silent_since_its_nodes_link_went_down_hangs_two_steps_after() -> None:
+    settings = HangSettings(floor_seconds=60, interval_multiple=5, after_node_event_multiple=2)
+    running = steady(20, every=40)
     last = running.last_progress_at
     assert last is not None
-    running = running.observe_node_event(last + timedelta(seconds=1))
-    assert check_hang("1", running, last + timedelta(seconds=149), settings) is None
+    event = last + timedelta(seconds=10)
+    running = running.observe_node_event(event)
+    # Silence alone would wait 5 x 40 s; with the link down, 2 x 40 s after the event.
+    assert check_hang("1", running, event + timedelta(seconds=79), settings) is None
+    finding = check_hang("1", running, event + timedelta(seconds=81), settings)
+    assert finding is not None and finding.first_evidence_at == last
+    assert "for more than 90 s (80 s after an event on one of its nodes)" in finding.summary
+
+
+def test_a_link_event_followed_by_progress_shortens_nothing() -> None:
+    """A link that flapped and came back: the job stepped on, so only silence counts."""
+    settings = HangSettings(floor_seconds=60, interval_multiple=5)
+    tracker = steady(20, every=40)
+    last = tracker.last_progress_at
+    assert last is not None
+    tracker = tracker.observe_node_event(last + timedelta(seconds=5))
+    tracker = tracker.observe(
+        last + timedelta(seconds=70), Progress(step=200), "iteration 200", 0.2
+    )
+    after = tracker.last_progress_at
+    assert after is not None
+    assert check_hang("1", tracker, after + timedelta(seconds=150), settings) is None
+
+
+def test_a_node_event_does_not_shorten_a_visible_pause() -> None:
+    settings = HangSettings(floor_seconds=60, startup_grace_seconds=1800)
     loading = (
         ProgressTracker(started_at=T0)
         .observe_line(T0, " loading checkpoint from /ckpt/llama at iteration 4000")
         .observe_node_event(T0 + timedelta(seconds=5))
     )
     assert check_hang("1", loading, T0 + timedelta(seconds=600), settings) is None
+    saving = steady(20, every=30)
+    last = saving.last_progress_at
+    assert last is not None
+    saving = saving.observe_line(
+        last + timedelta(seconds=1), "saving checkpoint at iteration 20 to /ckpt/llama"
+    ).observe_node_event(last + timedelta(seconds=2))
+    assert check_hang("1", saving, last + timedelta(seconds=600), settings) is None
