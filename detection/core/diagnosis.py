@@ -317,6 +317,10 @@ def _from_cascades(
     )
 
 
+# What a hang's first timeout waited on, where it is not NCCL's collectives.
+_WAITED_ON = {"device_stream_timeout": "An accelerator stream's tasks"}
+
+
 def _hang(
     hangs: Sequence[MatchGroup],
     cascades: Sequence[MatchGroup],
@@ -327,7 +331,8 @@ def _hang(
     suspect = _suspect_rank(hangs, reporting, ctx)
     host = ctx.host_of_rank(suspect[0]) if suspect is not None else None
     parts = [
-        f"NCCL collectives timed out (first at line {hangs[0].first_line}"
+        f"{_WAITED_ON.get(hangs[0].signature, 'NCCL collectives')} timed out"
+        f" (first at line {hangs[0].first_line}"
         + (f", on {len(reporting)} rank(s)" if reporting else "")
         + ") and nothing logged says why: a hang."
     ]
@@ -346,7 +351,9 @@ def _hang(
         hangs[0],
         kind=Kind.HANG,
         category=Category.NCCL_TIMEOUT_HANG,
-        attribution=Attribution.INTERCONNECT,
+        # A collective's watchdog reads as the network; a device runtime's own wait, as its
+        # system software.
+        attribution=hangs[0].attribution,
         confidence=confidence,
         evidence=evidence_of([*hangs, *others, *hints]),
         explanation=" ".join(parts),

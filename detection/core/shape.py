@@ -10,6 +10,9 @@ ran; a start-up step named in the lines, with no progress before the failure, sa
 **Checkpoint I/O**: a storage failure while a checkpoint is saved or loaded. A retry saves to
 (or loads from) the same storage and fails the same way, wherever it runs.
 
+**A GPU left unusable**: a fault that may pass (a launch failure, an unknown error), after which
+the GPU cannot be opened or reached at all: it did not recover, so its node is at fault now.
+
 Pure Python on RE2.
 """
 
@@ -62,18 +65,20 @@ _STARTUP = compile_re(
     r"initializing (?:ddp|pipeline) with size|\binit_model\b|_build_model|"
     # Preparing the data set (tokenizing, mapping) before the first step.
     r"running tokenizer on|tokeni[sz]ing (?:the )?(?:train|eval|valid|data)|"
-    r"Map \(num_proc=|preprocessing (?:the )?(?:train|data))"
+    r"Map \(num_proc=|pre-?process(?:ing)? (?:the )?(?:train|data)|main_process_first)"
 )
 
 
 def is_startup_line(text: str) -> bool:
     # Tearing the rendezvous or a communicator down ends a job, and keep-alive heartbeats are
-    # sent once it has joined: none says the job is still starting.
+    # sent once it has joined: none says the job is still starting. XLA's tagged rendezvous is
+    # a barrier any step may meet (a save, the end of an epoch).
     return (
         _STARTUP.search(text) is not None
         and "shutdown" not in text
         and "keep-alive" not in text
         and "wait timeout after" not in text
+        and "Failed to meet rendezvous '" not in text
         and _TEARDOWN.search(text) is None
     )
 
@@ -148,7 +153,7 @@ def recovered_after(lines: Sequence[str], last_bad: int) -> int | None:
 
 def read_shape(interruption: Interruption, lines: Sequence[str]) -> Interruption:
     """A failure's interruption with what the shape of its lines adds: its phase, a NaN that
-    recovered, a storage failure that is a checkpoint's."""
+    recovered, a storage failure that is a checkpoint's, a GPU fault that left the GPU dead."""
     if not interruption.is_failure:
         return interruption
     failed_at = min((e.line for e in interruption.evidence if e.line is not None), default=None)
@@ -156,6 +161,7 @@ def read_shape(interruption: Interruption, lines: Sequence[str]) -> Interruption
     interruption = _unless_recovered(interruption, lines)
     interruption = _as_checkpoint_wait(interruption, lines, failed_at)
     interruption = _as_collective_desync(interruption, lines)
+    interruption = _as_gpu_left_unusable(interruption)
     return _as_host_memory(_as_checkpoint_io(interruption, lines, failed_at), lines, failed_at)
 
 
@@ -335,4 +341,40 @@ def _as_host_memory(
         attribution=Attribution.APPLICATION,
         root_cause=HOST_MEMORY_EXHAUSTED,
         explanation=interruption.explanation.rstrip() + note,
+    )
+
+
+GPU_LEFT_UNUSABLE = "gpu_left_unusable"
+# Errors a passing fault raises too: the first one on a host restarts the job (``decisions``).
+_PASSING_GPU_FAULTS = frozenset({"gpu_cuda_unknown_error", "cuda_launch_failure"})
+# What a GPU that did not come back says: it cannot be opened, reached or used until a reset.
+_GPU_UNUSABLE = frozenset(
+    {"gpu_unavailable", "gpu_handle_lost", "gpu_reset_required", "gpu_fallen_off_bus"}
+)
+
+
+def _as_gpu_left_unusable(interruption: Interruption) -> Interruption:
+    """A GPU fault that might pass, after which the GPU cannot be used at all: it did not
+    recover, and a restart on its node meets the same dead GPU."""
+    if interruption.signature not in _PASSING_GPU_FAULTS:
+        return interruption
+    fault_at = interruption.evidence[0].line if interruption.evidence else None
+    after = next(
+        (
+            e
+            for e in interruption.evidence
+            if e.signature in _GPU_UNUSABLE
+            and (e.line is None or fault_at is None or e.line > fault_at)
+        ),
+        None,
+    )
+    if after is None:
+        return interruption
+    where = f" (line {after.line})" if after.line is not None else ""
+    return dataclasses.replace(
+        interruption,
+        signature=GPU_LEFT_UNUSABLE,
+        root_cause=interruption.root_cause.replace(interruption.signature, GPU_LEFT_UNUSABLE, 1),
+        explanation=interruption.explanation.rstrip()
+        + f" The GPU could not be used after it{where}: it did not recover.",
     )

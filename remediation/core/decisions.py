@@ -230,7 +230,8 @@ def _phase_that_decides(incident: Incident, history: History) -> str:
 
 # Errors a faulty GPU raises, but so do driver hiccups and some application bugs: the first one
 # on a host restarts the job; the same error again on that host (in an earlier attempt of the
-# workload, or a strike from another workload) takes the host out.
+# workload, or a strike from another workload) takes the host out. One after which the GPU
+# cannot be used at all is read as ``gpu_left_unusable`` (``detection.core.shape``): out at once.
 RECURRING_ON_A_HOST = frozenset({"gpu_cuda_unknown_error", "cuda_launch_failure"})
 
 

@@ -1,7 +1,8 @@
 """Built-in signatures of accelerators other than NVIDIA's and of vendors' fault reports: AMD's
 ROCm runtime and amdgpu driver, Intel Gaudi's habanalabs driver, Huawei Ascend's CANN error
 codes (EIxxxx), its device plugin's graded device faults and its fault-diagnosis report; and a
-GPU driver that is not running on one host (NVIDIA or AMD).
+GPU driver that is not running on one host (NVIDIA or AMD); a TPU core halted by its compiled
+program's own check.
 
 The grading follows the vendor's own: the Ascend device plugin names a fault level (isolate the
 chip, or re-run the job), and its fault-diagnosis tool names the root-cause nodes.
@@ -58,6 +59,18 @@ ACCELERATORS = (
         r"(?:RestartBusiness|RestartRequest|RestartNPU|FreeRestartNPU|ResetNPU)",
         classify(K.CRASH, C.GPU_HARDWARE, A.HARDWARE, R.INITIATING, False, S.ERROR),
         "The device plugin graded an NPU fault as one a re-run of the job clears.",
+        refine=flood,
+    ),
+    sig(
+        "accelerator_core_halted",
+        # A TPU core stopped on a check the compiled program makes on the device (the
+        # accelerator's device-side assert): the same program halts at the same step again.
+        r"Core halted unexpectedly|RuntimeUnexpectedCoreHalt"
+        r"|(?i:device halted prematurely[^\n]*on-device check-failure)",
+        classify(
+            K.CRASH, C.APPLICATION_ERROR, A.SYSTEM_SOFTWARE, R.INITIATING, False, S.ERROR, True
+        ),
+        "An accelerator core halted on an on-device check of the compiled program.",
         refine=flood,
     ),
     sig(

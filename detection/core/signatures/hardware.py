@@ -75,7 +75,10 @@ GPU = (
     sig(
         "gpu_gsp_timeout",
         r"NVRM:[^\n]{0,120}(?:Heartbeat timed out|GSP Timeout|_kgspLogRpcTimeout"
-        r"|GSP RPC timeout|Memory Subsystem Error detected)",
+        r"|GSP RPC timeout|Memory Subsystem Error detected"
+        # The driver can no longer hand RPCs to the GSP firmware, or hear back from it.
+        r"|rpcSendMessage failed|GspRmFree failed|Timeout waiting for RPC from GSP"
+        r"|(?i:GSP RM heartbeat timed out))",
         HW_NODE,
         "The GPU's system processor (GSP) stopped answering: the GPU needs a reset.",
         refine=flood,
@@ -243,7 +246,7 @@ NETWORK = (
     ),
     sig(
         "ib_access_error",
-        r"NET/IB\w* ?: ?Got completion (?:from peer [^\s<,]+(?:<\d+>)? )?with "
+        r"(?:NET/IB\w* ?: ?)?Got completion (?:from peer [^\s<,]+(?:<\d+>)? )?with "
         r"(?:error |status=)(?:4|9|10|11)\b"
         r"|(?i:local access violation|local protection error|remote access error)",
         IB_CONFIG,
@@ -257,6 +260,17 @@ NETWORK = (
         r" with (?:error (?P<ibstatus>\d+)|status=(?P<ibstatus2>\d+))",
         NET_NODE,
         "InfiniBand/RoCE work completion error (status 12: transport retry counter exceeded).",
+        refine=refine_ib,
+    ),
+    sig(
+        "ib_completion_error",
+        # A work completion error that names no peer (older NCCL, other verbs users): between
+        # two nodes, it singles neither out.
+        r"Got completion with error (?P<ibstatus>\d{1,3}), opcode \d+"
+        r"|IBV_WC_RETRY_EXC_ERR|(?i:transport retry counter exceeded)",
+        NET_ERROR,
+        "InfiniBand/RoCE work completion error with no peer named (status 12: the transport "
+        "retry counter ran out).",
         refine=refine_ib,
     ),
     sig(

@@ -25,14 +25,21 @@ CUDA = (
         r"|Cuda failure '?out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED"
         r"|HIP out of memory|RESOURCE_EXHAUSTED: Out of memory"
         r"|Out of memory error on GPU \d|memory::allocation::BadAlloc"
-        r"|RESOURCE_EXHAUSTED[^\n]*(?:HBM|memory)",
+        r"|RESOURCE_EXHAUSTED[^\n]*(?:HBM|memory)"
+        # Other accelerators' allocators: Ascend's driver and torch_npu, Gaudi's, HIP's.
+        r"|(?i:heap_alloc_managed out of memory)|halMemAlloc failed[^\n]*drvRetCode=6\b"
+        r"|NPU out of memory|PT_DEVMEM Allocation failed|hipErrorOutOfMemory"
+        r"|Device out of memory \(OOM\)",
         OOM,
-        "The GPU ran out of memory.",
+        "The GPU (or another accelerator) ran out of device memory.",
     ),
     sig(
         "cuda_illegal_memory_access",
         r"(?i)illegal memory access|cudaErrorIllegalAddress|an illegal instruction was encountered"
-        r"|misaligned address",
+        r"|misaligned address"
+        # ROCm's runtime on a GPU page fault (CUDA's illegal address, Xid 31).
+        r"|Memory access fault by GPU node-\d+|hipErrorIllegalAddress"
+        r"|HSA_STATUS_ERROR_MEMORY_(?:APERTURE_VIOLATION|FAULT)",
         APP_ERROR,
         "A kernel touched memory it should not (an application or library bug, or a faulty "
         "GPU when the driver logs an Xid).",
@@ -67,6 +74,14 @@ CUDA = (
         r"(?i)\bprevious (?:CUDA )?error\b|caused by a previous error",
         classify(K.CRASH, C.APPLICATION_ERROR, A.NONE, R.CASCADE, False, S.WARNING),
         "Reports an error that happened earlier.",
+    ),
+    sig(
+        "npu_error_wrapper",
+        # torch_npu's exception names only a code; the vendor's message lines after it say
+        # what failed.
+        r"NPU error, error code is \d+",
+        classify(K.CRASH, C.APPLICATION_ERROR, A.NONE, R.CASCADE, False, S.WARNING),
+        "torch_npu reports an NPU runtime error by its code; its cause is logged beside it.",
     ),
     sig(
         "cuda_library_error",
@@ -105,11 +120,33 @@ COLLECTIVES = (
         r"|collective operation timeout|Collective \w+ timed out"
         # Gloo's pairs and Ascend's HCCL: the same wait on a peer that never came.
         r"|Timed out waiting \d+ ?ms for (?:recv|send) operation to complete"
-        r"|(?i:wait execution of the notify register times out)|EI0002: ",
+        r"|(?i:wait execution of the notify register times out)|EI0002: "
+        r"|(?i:hccl[^\n]{0,40} task timeout occurred)",
         HANG_CASCADE,
         "A collective did not finish in time (PyTorch's NCCL watchdog, its flight recorder or "
         "NCCL's RAS).",
         refine=refine_watchdog,
+    ),
+    sig(
+        "device_stream_timeout",
+        # An accelerator runtime gave up waiting for a stream's tasks (Ascend's stream and
+        # event waits): a collective or a kernel that never finished, the cause elsewhere.
+        r"Stream synchronize timeout[.,!:]|\[stream sync timeout\]"
+        r"|all tasks in the specified stream are not completed"
+        r"|(?i:event wait timeout occurred during task execution)"
+        r"|The execution of the internal task times out",
+        classify(K.HANG, C.NCCL_TIMEOUT_HANG, A.SYSTEM_SOFTWARE, R.CASCADE, False, S.ERROR),
+        "The accelerator runtime timed out waiting for a stream's tasks to finish.",
+        refine=flood,
+    ),
+    sig(
+        "collective_call_failed",
+        # A vendor collective library's process group reporting that a call failed (Gaudi's
+        # and Ascend's HCCL): a more specific line beside it says why.
+        r"Collective call returned error|DIST call hccl api failed",
+        classify(K.CRASH, C.INTERCONNECT_NETWORK, A.INTERCONNECT, R.INITIATING, False, S.WARNING),
+        "A collective library (HCCL) reports that a collective call failed.",
+        refine=flood,
     ),
     sig(
         "nccl_heartbeat_timeout",

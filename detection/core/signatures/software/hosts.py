@@ -287,6 +287,15 @@ HOSTS_AND_SCHEDULERS = (
         "srun reports tasks that ended badly (a consequence, not a cause).",
     ),
     sig(
+        "xla_rendezvous_peer_lost",
+        # XLA's mesh service: the other processes of the job fail a rendezvous whose peer's
+        # socket closed under them (that process ended first, the cause is its own).
+        r"Failed to meet rendezvous '[^'\n]{1,200}': (?:Socket closed|Connection reset by peer)",
+        PROC_CASCADE,
+        "A process could not meet its peers at a rendezvous: one of them had already gone.",
+        refine=flood,
+    ),
+    sig(
         "torchelastic_child_failed",
         r"ChildFailedError|failed \(exitcode: -?\d+\) local_rank:|ProcessExitedException",
         PROC_CASCADE,

@@ -70,6 +70,9 @@ NUMERICAL = (
         r"|Model diverged with loss = NaN|number of nan iterations:\s*[1-9]"
         r"|detected (?:a )?(?:NaN|Inf) (?:in|loss)"
         r"|gradients at all steps are invalid"
+        # transformers' underflow/overflow detector; autograd's anomaly mode.
+        r"|Detected inf/nan during batch_number"
+        r"|returned nan values in its \d+(?:st|nd|rd|th) output"
         # A run's summary or metrics check naming a loss among the non-finite metrics.
         r"|(?:NaN|Inf)(?:/(?:NaN|Inf))? (?:values? )?(?:was |were )?detected in "
         r"(?:the )?(?:metrics?[^\n]*loss|[\w.]{0,40}loss)",
