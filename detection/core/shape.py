@@ -40,7 +40,7 @@ class Phase(StrEnum):
 # What only start-up does: launching and joining the job, building communicators, loading the
 # model, its weights or a checkpoint to resume from. Python frames name these functions too.
 _STARTUP = compile_re(
-    r"(?i)(init_process_group|rendezvous|_store_based_barrier|TCPStore\(|"
+    r"(?i)(init_process_group|rendezvous|_?store[ _]based[ _]barrier|TCPStore\(|"
     r"DistStoreError|c10d.{0,40}(?:store|socket)|MASTER_ADDR|MASTER_PORT|"
     r"ncclCommInitRank|NCCL INFO Bootstrap|bootstrap.{0,20}(?:connect|init)|"
     r"INFO comm 0x[0-9a-fA-F]+ rank \d+ n[Rr]anks \d+|Init COMPLETE|bootstrap\.cc?u?:\d|"
@@ -159,6 +159,7 @@ def read_shape(interruption: Interruption, lines: Sequence[str]) -> Interruption
     failed_at = min((e.line for e in interruption.evidence if e.line is not None), default=None)
     interruption = dataclasses.replace(interruption, phase=phase_of(lines, failed_at).value)
     interruption = _unless_recovered(interruption, lines)
+    interruption = _unless_barrier_completed(interruption, lines)
     interruption = _as_checkpoint_wait(interruption, lines, failed_at)
     interruption = _as_collective_desync(interruption, lines)
     interruption = _as_gpu_left_unusable(interruption)
@@ -184,6 +185,37 @@ def _unless_recovered(interruption: Interruption, lines: Sequence[str]) -> Inter
             f"{back}: fp16 loss scaling skipped those steps, and training went on."
         ),
         summary="a NaN gradient norm that recovered",
+    )
+
+
+_BARRIER_COMPLETED = compile_re(r"Completed store-based barrier for key")
+
+
+def _unless_barrier_completed(interruption: Interruption, lines: Sequence[str]) -> Interruption:
+    """A store-based barrier that waited, then completed, had slow ranks, not missing ones."""
+    if interruption.signature != "store_barrier_waiting":
+        return interruption
+    last_wait = max((e.line for e in interruption.evidence if e.line is not None), default=0)
+    done = next(
+        (
+            number
+            for number in range(last_wait + 1, len(lines) + 1)
+            if _BARRIER_COMPLETED.search(lines[number - 1]) is not None
+        ),
+        None,
+    )
+    if done is None:
+        return interruption
+    return dataclasses.replace(
+        interruption,
+        kind=Kind.NONE,
+        category=Category.BENIGN,
+        attribution=Attribution.NONE,
+        explanation=(
+            f"The store-based barrier waited for ranks up to line {last_wait} and completed "
+            f"at line {done}: some ranks were slow to start, and all joined."
+        ),
+        summary="a start-up barrier that completed",
     )
 
 

@@ -160,6 +160,10 @@ FIXES: Mapping[str, str] = {
         "RDMA hit a protection or access error: check GPUDirect RDMA (nvidia-peermem), ACS and "
         "the IOMMU on the nodes, and any NCCL net plugin or library that changed"
     ),
+    "ofi_provider_setup_failed": (
+        "the libfabric provider (EFA) cannot set up NCCL's resources: check the EFA driver and "
+        "aws-ofi-nccl versions, the instance's EFA-enabled security group and FI_* settings"
+    ),
     "nccl_collective_mismatch": (
         "the ranks disagree on a collective's size: make every node run the same code, "
         "configuration and NCCL version (and the same NCCL_* environment)"

@@ -65,6 +65,7 @@ DEFAULT_RULES: Mapping[str, Action] = {
     "nccl_shm_setup_failed": Action.STOP,
     "fabric_manager_mismatch": Action.STOP,
     "ib_access_error": Action.STOP,
+    "ofi_provider_setup_failed": Action.STOP,
     "launch_directory_missing": Action.STOP,
     "host_memory_exhausted": Action.STOP,
     "memory_monitor_kill": Action.STOP,

@@ -140,6 +140,37 @@ def test_an_npu_error_code_defers_to_the_vendor_line_that_says_what_failed() -> 
     assert verdict(got) == ("cuda_oom", "stop")
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "EI0006: [PID: 42] Getting socket times out. Reason: Remote Rank did not send the data "
+        "in time. Please check the reason for the rank being stuck",
+        "[rank3]: EI0006: remote rank did not send the data in time (tag 7, peer 5)",
+    ],
+)
+def test_an_hccl_collective_waiting_on_a_peers_data_after_training_ran_restarts(
+    line: str,
+) -> None:
+    got = decided(
+        *STEPS,
+        "RuntimeError: InnerRunOpApi:OpParamMaker.cpp:281 OPS function error: HcclAllgather, "
+        "error code is 6",
+        line,
+    )
+    assert verdict(got) == ("nccl_timeout_hang", "restart")
+    assert got["kind"] == "hang"
+
+
+def test_an_operators_error_code_alone_is_still_a_failure() -> None:
+    got = decided(
+        *STEPS,
+        "RuntimeError: InnerRunOpApi:OpParamMaker.cpp:281 OPS function error: HcclBroadcast, "
+        "error code is 4",
+    )
+    assert got["kind"] == "crash"
+    assert got["category"] == "application_error"
+
+
 def test_a_stream_that_synchronizes_in_time_stays_benign() -> None:
     got = decided(*STEPS, "[INFO] RUNTIME stream synchronize finished in 0.02 s, timeout 1836 s")
     assert verdict(got) == ("benign", "none")

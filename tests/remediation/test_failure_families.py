@@ -262,3 +262,38 @@ def test_ranks_timing_out_in_a_barrier_while_a_checkpoint_is_saved_stop() -> Non
 def test_a_timeout_with_no_save_near_it_still_restarts() -> None:
     got = decided(TRAINED, FIRST_COLLECTIVE.replace("SeqNum=1,", "SeqNum=880,"))
     assert (got["category"], got["action"]) == ("nccl_timeout_hang", "restart")
+
+
+# fp16 loss scaling at its floor while steps keep being skipped: the run overflows step after
+# step, on every rank, and a restart diverges the same way.
+
+
+def test_the_fused_optimizers_overflow_skips_at_the_scale_floor_stop() -> None:
+    got = decided(
+        *(
+            "[INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. "
+            "Attempted loss scale: 1, reducing to 1"
+            for _ in range(3)
+        ),
+        "[INFO] [logging.py:96:log_dist] [Rank 0] step=900, skipped=611, lr=[1e-4]",
+    )
+    assert verdict(got) == ("numerical_divergence", "stop", [])
+
+
+def test_a_zero_optimizers_overflow_skip_at_scale_two_stops() -> None:
+    got = decided(
+        "[deepspeed] OVERFLOW! Rank 3 Skipping step. Attempted loss scale: 2, reducing to 1",
+        "[deepspeed] OVERFLOW! Rank 3 Skipping step. Attempted loss scale: 1, reducing to 1",
+    )
+    assert (got["category"], got["action"]) == ("numerical_divergence", "stop")
+
+
+def test_the_fused_optimizers_first_skips_from_a_high_scale_are_nothing() -> None:
+    got = decided(
+        "[INFO] [logging.py:96:log_dist] [Rank 0] Overflow detected. Skipping step. "
+        "Attempted loss scale: 65536, reducing to 32768.0",
+        "[INFO] [fused_optimizer.py:363:_update_scale] Reducing dynamic loss scale from 65536 "
+        "to 32768.0",
+        "[INFO] [logging.py:96:log_dist] [Rank 0] step=2, skipped=1, lr=[1e-4]",
+    )
+    assert got["category"] == "benign"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from detection.core.signatures.entries import (
     APP_ERROR,
+    HANG_CASCADE,
     HW_NODE,
     IB_CONFIG,
     NET_ERROR,
@@ -88,6 +89,17 @@ ACCELERATORS = (
 )
 
 VENDOR_NETWORK = (
+    sig(
+        "hccl_peer_data_timeout",
+        # HCCL inside a collective: a peer rank did not send its part in time (EI0006 names
+        # a socket, but the wait is a running collective's, not the links' set-up).
+        r"(?i:remote rank did not send the data in time)"
+        r"|(?i:check the reason for the rank being stuck)",
+        HANG_CASCADE,
+        "An HCCL collective waited for a peer rank's data that never came (a hung or slow "
+        "peer, the cause elsewhere).",
+        refine=flood,
+    ),
     sig(
         "fault_diag_root_nodes",
         # A fault-diagnosis report that names the suspected root-cause nodes (Ascend's

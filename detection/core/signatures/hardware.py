@@ -235,6 +235,19 @@ NETWORK = (
         refine=flood,
     ),
     sig(
+        "ofi_provider_setup_failed",
+        # The libfabric provider under NCCL (AWS EFA through aws-ofi-nccl) refusing its set-up:
+        # an address vector, domain, endpoint or protection domain it cannot open or allocate.
+        r"NET/OFI (?:Couldn't (?:open|allocate|create) (?:an? )?(?:AV|address vector|domain"
+        r"|endpoint|CQ|completion queue|fabric)|Creating new endpoint for domain \S+ failed"
+        r"|aws-ofi-nccl initialization failed)"
+        r"|(?:infiniband )?efa_\d+: Failed to (?:allocate pd|process command ALLOC_PD)",
+        IB_CONFIG,
+        "The libfabric provider (EFA) refused to set up the resources NCCL asks of it: the "
+        "driver, the plugin or the instance's network set-up, the same on every rank.",
+        refine=flood,
+    ),
+    sig(
         "ib_qp_connect_timeout",
         # Queue pairs that could not be connected in time (a platform's event for NCCL's QP
         # set-up, RDMA CM): the peer or the path did not answer, no host is singled out.
@@ -406,12 +419,26 @@ NETWORK = (
         # the agent left in error by it; Ascend's HCCL building its links between ranks.
         r"|while calling /tensorflow\.CoordinationService/(?:RegisterTask|WaitForAllTasks)"
         r"|Coordination service agent in error status: (?:DEADLINE_EXCEEDED|UNAVAILABLE)"
+        # gRPC's own words for a coordinator nothing listens on (JAX's distributed client).
+        r"|UNAVAILABLE: ?failed to connect to all addresses"
         r"|EI0006\b[^\n]*(?i:socket)|(?i:getting socket times out)"
         # c10d's store-based barrier of init_process_group: not every rank checked in.
         r"|Timed out initializing process group in store based barrier",
         IB_CONFIG,
         "The job's processes could not connect to one another while setting up their group "
         "(the interface, address or firewall between them).",
+        refine=flood,
+    ),
+    sig(
+        "store_barrier_waiting",
+        # c10d's store-based barrier of init_process_group reports every 10 s that fewer
+        # workers than the world size have checked in; a barrier that then completes was only
+        # slow (``shape``), one that keeps waiting never will.
+        r"Waiting in store based barrier to initialize process group for rank: \d{1,6}"
+        r"[^\n]*\(world_size=\d{1,6}, (?:worker_count|num_workers_joined)=\d{1,6}",
+        classify(K.HANG, C.NCCL_TIMEOUT_HANG, A.APPLICATION, R.INITIATING, False, S.ERROR),
+        "Process-group start-up waits for ranks that never check in to its store (they were "
+        "launched with another address, port or world size, or never started).",
         refine=flood,
     ),
     sig(

@@ -78,8 +78,8 @@ CUDA = (
     sig(
         "npu_error_wrapper",
         # torch_npu's exception names only a code; the vendor's message lines after it say
-        # what failed.
-        r"NPU error, error code is \d+",
+        # what failed (an operator's call, such as HcclAllreduce, by its code alike).
+        r"NPU error, error code is \d+|OPS function error: \w{1,60}, error code is \d+",
         classify(K.CRASH, C.APPLICATION_ERROR, A.NONE, R.CASCADE, False, S.WARNING),
         "torch_npu reports an NPU runtime error by its code; its cause is logged beside it.",
     ),

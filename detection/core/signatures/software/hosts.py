@@ -174,6 +174,40 @@ HOSTS_AND_SCHEDULERS = (
         refine=flood,
     ),
     sig(
+        "cloud_capacity_preempted",
+        # A cloud or its orchestrator (SkyPilot, GKE, EC2, TPU VMs) took the spot or preemptible
+        # capacity back: the job was well; run it again on new capacity.
+        r"(?i:\b(?:cluster|instance|node|vm|tpu(?: vm)?|spot (?:instance|cluster|vm))"
+        r"(?: [\w.-]{1,64})? (?:is|was|has been|got) (?:preempted|reclaimed)\b)"
+        r"|compute\.instances\.preempted|(?i:spot instance interruption)",
+        SCHED,
+        "The cloud reclaimed the job's spot or preemptible capacity.",
+        refine=flood,
+    ),
+    sig(
+        "orchestrator_job_failed",
+        # A batch orchestrator's record of a failed job (Volcano's job phase and its restart
+        # actions, the Kubeflow operators' job condition): it says that the job failed, not
+        # why; a cause in the log beside it decides instead.
+        r"^\s*Phase:\s{1,20}Failed\b|execute action (?:RestartJob|RestartTask|RestartPod)\b"
+        r"|\b(?:PyTorchJob|TFJob|MPIJob|JAXJob|XGBoostJob|PaddleJob|TrainJob) \S{1,253} is "
+        r"failed because",
+        SCHED,
+        "The orchestrator reports that the job failed (or restarts it), with no cause of its own.",
+        refine=flood,
+    ),
+    sig(
+        "container_exited_with_error",
+        # An orchestrator (Kubeflow's operators, Kubernetes) reporting the training container's
+        # own exit status: a code below 128 is the program's exit, not a signal it received.
+        r"(?:[Pp]od|[Cc]ontainer|[Rr]eplica)\b[^\n]{0,200}? (?:exited|terminated) with "
+        r"(?:exit )?code (?:[1-9]|[1-9][0-9]|1[01][0-9]|12[0-7])\b",
+        classify(K.CRASH, C.APPLICATION_ERROR, A.APPLICATION, R.INITIATING, False, S.WARNING),
+        "The training container exited with an error status of its own (not a signal): the "
+        "program failed, and its own log says why.",
+        refine=flood,
+    ),
+    sig(
         "coordination_task_lost",
         # JAX/TensorFlow's coordination service: a worker stopped sending its heartbeat.
         r"heartbeat timeout\. This indicates that the remote task has failed"

@@ -17,8 +17,9 @@ NUMERICAL = (
     ),
     sig(
         "deepspeed_overflow_min_scale",
-        r"OVERFLOW! Rank (?P<rank>\d{1,6}) Skipping step\. Attempted loss scale: "
-        r"(?P<scale>[0-9.eE+-]{1,30})",
+        # ZeRO's line names the rank; the fused fp16 optimizer's (Megatron-DeepSpeed) does not.
+        r"(?:OVERFLOW! Rank (?P<rank>\d{1,6}) |Overflow detected\. )Skipping step\. "
+        r"Attempted loss scale: (?P<scale>[0-9.eE+-]{1,30})",
         NAN,
         "DeepSpeed keeps skipping steps with the loss scale near its floor (skips at higher "
         "scales are dynamic loss scaling doing its job).",
