@@ -140,15 +140,25 @@ def checkpoint_line(lines: Sequence[str], failed_at: int | None) -> int | None:
 
 # A finite gradient norm, as the lines that report a NaN one print it.
 _FINITE_GRAD_NORM = compile_re(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*['\"]?[-+]?\d")
-
-
-def recovered_after(lines: Sequence[str], last_bad: int) -> int | None:
-    """The first line after line ``last_bad`` (1-based) that reports a finite gradient norm
-    again: the NaN was a step that fp16 loss scaling skipped, not a divergence."""
-    for number in range(last_bad + 1, len(lines) + 1):
-        if _FINITE_GRAD_NORM.search(lines[number - 1]) is not None:
-            return number
-    return None
+_BARRIER_COMPLETED = compile_re(r"Completed store-based barrier for key")
+# Failure signatures a later line shows the job got past: that line's pattern, why it is
+# benign then (from the last failing line and the one that got past it), and a summary.
+_GOT_PAST = {
+    # A NaN gradient norm reported finite again is a skipped step, not a divergence.
+    "grad_norm_nan": (
+        _FINITE_GRAD_NORM,
+        "The gradient norm was NaN or Inf up to line {bad} and finite again at line {back}: "
+        "fp16 loss scaling skipped those steps, and training went on.",
+        "a NaN gradient norm that recovered",
+    ),
+    # A store-based barrier that waited, then completed, had slow ranks, not missing ones.
+    "store_barrier_waiting": (
+        _BARRIER_COMPLETED,
+        "The store-based barrier waited for ranks up to line {bad} and completed at line "
+        "{back}: some ranks were slow to start, and all joined.",
+        "a start-up barrier that completed",
+    ),
+}
 
 
 def read_shape(interruption: Interruption, lines: Sequence[str]) -> Interruption:
@@ -158,21 +168,28 @@ def read_shape(interruption: Interruption, lines: Sequence[str]) -> Interruption
         return interruption
     failed_at = min((e.line for e in interruption.evidence if e.line is not None), default=None)
     interruption = dataclasses.replace(interruption, phase=phase_of(lines, failed_at).value)
-    interruption = _unless_recovered(interruption, lines)
-    interruption = _unless_barrier_completed(interruption, lines)
+    interruption = _unless_got_past(interruption, lines)
     interruption = _as_checkpoint_wait(interruption, lines, failed_at)
     interruption = _as_collective_desync(interruption, lines)
     interruption = _as_gpu_left_unusable(interruption)
     return _as_host_memory(_as_checkpoint_io(interruption, lines, failed_at), lines, failed_at)
 
 
-def _unless_recovered(interruption: Interruption, lines: Sequence[str]) -> Interruption:
-    """A NaN gradient norm that later lines report finite again is a skipped step, not a
-    divergence: nothing to recover from."""
-    if interruption.signature != "grad_norm_nan":
-        return interruption
+def _unless_got_past(interruption: Interruption, lines: Sequence[str]) -> Interruption:
+    """Benign when a later line shows the job got past what its failure signature reported."""
+    got_past = _GOT_PAST.get(interruption.signature)
     last_bad = max((e.line for e in interruption.evidence if e.line is not None), default=None)
-    back = recovered_after(lines, last_bad) if last_bad is not None else None
+    if got_past is None or last_bad is None:
+        return interruption
+    pattern, why, summary = got_past
+    back = next(
+        (
+            number
+            for number in range(last_bad + 1, len(lines) + 1)
+            if pattern.search(lines[number - 1]) is not None
+        ),
+        None,
+    )
     if back is None:
         return interruption
     return dataclasses.replace(
@@ -180,42 +197,8 @@ def _unless_recovered(interruption: Interruption, lines: Sequence[str]) -> Inter
         kind=Kind.NONE,
         category=Category.BENIGN,
         attribution=Attribution.NONE,
-        explanation=(
-            f"The gradient norm was NaN or Inf up to line {last_bad} and finite again at line "
-            f"{back}: fp16 loss scaling skipped those steps, and training went on."
-        ),
-        summary="a NaN gradient norm that recovered",
-    )
-
-
-_BARRIER_COMPLETED = compile_re(r"Completed store-based barrier for key")
-
-
-def _unless_barrier_completed(interruption: Interruption, lines: Sequence[str]) -> Interruption:
-    """A store-based barrier that waited, then completed, had slow ranks, not missing ones."""
-    if interruption.signature != "store_barrier_waiting":
-        return interruption
-    last_wait = max((e.line for e in interruption.evidence if e.line is not None), default=0)
-    done = next(
-        (
-            number
-            for number in range(last_wait + 1, len(lines) + 1)
-            if _BARRIER_COMPLETED.search(lines[number - 1]) is not None
-        ),
-        None,
-    )
-    if done is None:
-        return interruption
-    return dataclasses.replace(
-        interruption,
-        kind=Kind.NONE,
-        category=Category.BENIGN,
-        attribution=Attribution.NONE,
-        explanation=(
-            f"The store-based barrier waited for ranks up to line {last_wait} and completed "
-            f"at line {done}: some ranks were slow to start, and all joined."
-        ),
-        summary="a start-up barrier that completed",
+        explanation=why.format(bad=last_bad, back=back),
+        summary=summary,
     )
 
 

@@ -4,14 +4,9 @@ shown with a short phrasing of our own (not a corpus excerpt). Library tests: no
 
 from __future__ import annotations
 
-from remediation.core.verdict import judge_excerpt
+from tests.remediation.verdicts import decided
 
 STEPS = ("step 120 | loss 1.91 | lr 2e-4", "step 121 | loss 1.90 | lr 2e-4")
-
-
-def decided(*lines: str) -> dict[str, object]:
-    found, _ = judge_excerpt("\n".join(lines).encode())
-    return found.to_dict()
 
 
 def verdict(got: dict[str, object]) -> tuple[object, object]:

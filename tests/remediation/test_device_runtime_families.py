@@ -10,14 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from remediation.core.verdict import judge_excerpt
+from tests.remediation.verdicts import decided
 
 STEPS = ("step 120 | loss 1.91 | lr 2e-4", "step 121 | loss 1.90 | lr 2e-4")
-
-
-def decided(*lines: str) -> dict[str, object]:
-    found, _ = judge_excerpt("\n".join(lines).encode())
-    return found.to_dict()
 
 
 def verdict(got: dict[str, object]) -> tuple[object, object]:

@@ -4,12 +4,7 @@ Library tests: no Django."""
 
 from __future__ import annotations
 
-from remediation.core.verdict import judge_excerpt
-
-
-def decided(*lines: str) -> dict[str, object]:
-    found, _ = judge_excerpt("\n".join(lines).encode())
-    return found.to_dict()
+from tests.remediation.verdicts import decided
 
 
 def verdict(got: dict[str, object]) -> tuple[object, object, object]:

@@ -13,7 +13,7 @@ from fleet.core.taxonomy import (
     Action,
 )
 from remediation.core.attribution import AttemptView
-from remediation.core.verdict import Verdict, judge
+from remediation.core.verdict import Verdict, judge, judge_excerpt
 
 EIGHT_NODES = DiagnosisContext(nodes=tuple(f"node-{i:02d}" for i in range(8)), tasks_per_node=8)
 
@@ -63,3 +63,9 @@ def watchdog(rank: int, seq: int = 1580) -> str:
         "OpType=ALLREDUCE, NumelIn=466119168, NumelOut=466119168, Timeout(ms)=600000) "
         "ran for 600060 milliseconds before timing out."
     )
+
+
+def decided(*lines: str) -> dict[str, object]:
+    """These lines judged as one excerpt, as ``diagnose --json`` reports it."""
+    found, _ = judge_excerpt("\n".join(lines).encode())
+    return found.to_dict()
