@@ -66,7 +66,15 @@ def check(
     if utilisation is not None:  # metrics read: what they say of throttling is current
         history = history.note_throttled(now, throttled_nodes(gpus, attempt.nodes))
         _store_history(monitor, history)
-    slow = check_straggler(attempt.job_id, history, gpus, attempt.nodes, config.straggler, now)
+    slow = check_straggler(
+        attempt.job_id,
+        history,
+        gpus,
+        attempt.nodes,
+        config.straggler,
+        now,
+        node_event_at=tracker.node_event_at,
+    )
     overdue = overdue_allowance(tracker, now, config.hang, silence_counts_from)
     return Verdicts(hang, slow, _divergence(monitor, attempt, now), overdue)
 

@@ -271,6 +271,39 @@ def test_a_slowdown_after_one_nodes_link_flapped_names_that_node(tmp_path: Path)
     assert {e["signature"] for e in slow.evidence} >= {"ib_link_down", "throughput_drop"}
 
 
+def test_a_slowdown_soon_after_start_up_is_dated_by_the_link_flap_and_put_on_its_node(
+    tmp_path: Path,
+) -> None:
+    """Two reports at full speed are too few for a baseline window; the link event on one node
+    says when the job slowed, and where."""
+    cluster, logs, node_logs = files_cluster(tmp_path, "early", node_logs=True)
+    job = JobRecordFactory(job_id="9302", nodes=("gpu-node-001", "gpu-node-002"), start_time=T0)
+    services.record_snapshot("controller:site", cluster, ClusterSnapshot(T0, (job,), ()))
+    output = logs / "slurm-9302.out"
+    step = (
+        " iteration {n:8d}/  100000 | elapsed time per iteration (ms): {ms:.1f} | lm loss: 2.1 |\n"
+    )
+    append(output, "".join(step.format(n=n, ms=900.0) for n in range(1, 3)))
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=1))
+    append(
+        node_logs / "gpu-node-001.log",
+        "Nov 29 12:01:10 gpu-node-001 kernel: mlx5_core 0000:5e:00.0 mlx5_3: Port: 1 Link DOWN\n"
+        "Nov 29 12:01:13 gpu-node-001 kernel: mlx5_core 0000:5e:00.0 mlx5_3: Port: 1 Link ACTIVE\n",
+    )
+    append(output, "".join(step.format(n=n, ms=1400.0) for n in range(3, 6)))
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=2))
+    assert not Anomaly.objects.exists()  # three slow reports: not yet sustained
+    append(output, "".join(step.format(n=n, ms=1400.0) for n in range(6, 9)))
+    scan.scan_cluster(cluster, T0 + timedelta(minutes=3))
+    slow = Anomaly.objects.get()
+    assert (slow.kind, slow.implicated_hosts, slow.node_local) == (
+        "straggler",
+        ["gpu-node-001"],
+        True,
+    )
+    assert "36%" in slow.summary and "gpu-node-001" in slow.summary
+
+
 def test_a_requeued_attempt_slower_from_its_first_step_than_the_one_before_is_a_slowdown(
     site,
 ) -> None:

@@ -3,7 +3,9 @@ the node whose GPU metrics are a robust outlier among the job's nodes.
 
 Throughput comes from the job's progress lines (its own unit, higher is faster); the node is
 named only when its metrics set it apart (median absolute deviation across the job's nodes),
-so a slowdown shared by every node names none.
+so a slowdown shared by every node names none. A node-local event (a link that went down) dates
+a drop that has too short a history for a baseline window: the reports before it are the
+baseline (the scan then puts the slowdown on the event's node).
 """
 
 from __future__ import annotations
@@ -92,6 +94,31 @@ def throughput_drop(
     if baseline <= 0 or max(recent) >= baseline * (1 - settings.drop_fraction):
         return None
     return baseline, statistics.median(recent)
+
+
+def slowed_after_node_event(
+    history: ThroughputHistory, settings: StragglerSettings, event_at: datetime | None
+) -> tuple[float, float, datetime] | None:
+    """(baseline, recent, first slow report) when every report since a node-local event (a
+    link of one of the job's nodes went down) ran slower than before it by more than the drop
+    fraction; None otherwise.
+
+    The reports before the event (or the previous attempt's, when faster) are the baseline, so
+    a link that came back slower soon after start-up is seen without a full baseline window:
+    the event says when the job slowed. At least a window of reports after it keeps a short
+    dip from counting."""
+    if event_at is None:
+        return None
+    reports = list(zip(history.times, history.values, strict=True))
+    before = [value for at, value in reports if at < event_at]
+    after = [(at, value) for at, value in reports if at >= event_at]
+    if len(after) < settings.window_samples or not (before or history.prior):
+        return None
+    baseline = max(statistics.median(before) if before else 0.0, history.prior or 0.0)
+    if baseline <= 0 or max(value for _, value in after) >= baseline * (1 - settings.drop_fraction):
+        return None
+    recent = statistics.median(value for _, value in after[-settings.window_samples :])
+    return baseline, recent, after[0][0]
 
 
 def outlier_nodes(
@@ -198,15 +225,21 @@ def check_straggler(
     nodes: Iterable[str],
     settings: StragglerSettings,
     now: datetime | None = None,
+    node_event_at: datetime | None = None,
 ) -> Interruption | None:
-    """A slowdown when throughput has dropped (naming outlier nodes if metrics allow), or when
-    a node's GPUs have stayed throttled well below the job's fastest."""
+    """A slowdown when throughput has dropped (naming outlier nodes if metrics allow), or has
+    been lower ever since a node-local event at ``node_event_at``, or when a node's GPUs have
+    stayed throttled well below the job's fastest."""
     drop = throughput_drop(history, settings)
-    if drop is None:
-        return _throttled_for_long(job_id, history, settings, now)
-    baseline, recent = drop
+    if drop is not None:
+        baseline, recent = drop
+        started = history.times[-settings.window_samples]
+    else:
+        after_event = slowed_after_node_event(history, settings, node_event_at)
+        if after_event is None:
+            return _throttled_for_long(job_id, history, settings, now)
+        baseline, recent, started = after_event
     culprits = outlier_nodes(gpus, nodes, settings)
-    started = history.times[-settings.window_samples]
     evidence = [
         Evidence(
             at=started,

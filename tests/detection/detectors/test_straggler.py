@@ -147,3 +147,79 @@ def test_the_first_reports_of_a_restart_are_warm_up_not_a_drop() -> None:
     assert check_straggler("7", warming_up, gpu_metrics(), NODES, SETTINGS) is None
     up_to_speed = replace(history([40.0, 60.0, 90.0, *[100.0] * 7]), prior=100.0)
     assert check_straggler("7", up_to_speed, gpu_metrics(), NODES, SETTINGS) is None
+
+
+def event_after(report: int) -> datetime:
+    """A node-local event just after the ``report``-th report (0-based; -1: before the first)."""
+    return T0 + timedelta(seconds=30 * report + 10)
+
+
+def test_a_slowdown_since_a_node_event_counts_with_one_report_before_it() -> None:
+    # One report at full speed, then a link flap and every report since is 28% slower: too
+    # little history for a baseline window, but the event says when the job slowed.
+    h = history([430.0] + [309.0, 311.0, 307.0, 310.0, 308.0, 306.0])
+    assert check_straggler("7", h, gpu_metrics(), NODES, SETTINGS) is None
+    finding = check_straggler("7", h, gpu_metrics(), NODES, SETTINGS, node_event_at=event_after(0))
+    assert finding is not None and "28%" in finding.summary
+    # Dated from the first slow report; the scan puts it on the event's node.
+    assert finding.first_evidence_at == T0 + timedelta(seconds=30)
+    assert finding.hosts == () and finding.attribution == "none"
+
+
+def test_a_node_event_the_job_kept_its_speed_through_is_no_slowdown() -> None:
+    h = history([100.0, 101.0, 99.0, 100.0, 102.0, 100.0, 98.0])
+    assert (
+        check_straggler("7", h, gpu_metrics(), NODES, SETTINGS, node_event_at=event_after(1))
+        is None
+    )
+
+
+def test_too_few_reports_since_a_node_event_are_not_yet_a_slowdown() -> None:
+    h = history([430.0, 309.0, 311.0, 307.0])
+    assert (
+        check_straggler("7", h, gpu_metrics(), NODES, SETTINGS, node_event_at=event_after(0))
+        is None
+    )
+
+
+def test_one_fast_report_since_a_node_event_means_it_did_not_slow_the_job() -> None:
+    h = history([430.0, 309.0, 311.0, 428.0, 310.0, 308.0, 306.0])
+    assert (
+        check_straggler("7", h, gpu_metrics(), NODES, SETTINGS, node_event_at=event_after(0))
+        is None
+    )
+
+
+def test_a_node_event_in_start_up_counts_only_against_the_previous_attempt() -> None:
+    slow_from_the_start = history([70.0] * 6)
+    before_the_first_step = event_after(-1)
+    assert (
+        check_straggler(
+            "7",
+            slow_from_the_start,
+            gpu_metrics(),
+            NODES,
+            SETTINGS,
+            node_event_at=before_the_first_step,
+        )
+        is None
+    )
+    after_a_faster_attempt = replace(slow_from_the_start, prior=100.0)
+    finding = check_straggler(
+        "7",
+        after_a_faster_attempt,
+        gpu_metrics(),
+        NODES,
+        SETTINGS,
+        node_event_at=before_the_first_step,
+    )
+    assert finding is not None and "30%" in finding.summary
+
+
+def test_a_throttled_gpu_still_names_its_node_in_a_slowdown_dated_by_a_node_event() -> None:
+    h = history([430.0] + [300.0] * 6)
+    finding = check_straggler(
+        "7", h, gpu_metrics(slow="gpu-node-004"), NODES, SETTINGS, node_event_at=event_after(0)
+    )
+    assert finding is not None and finding.hosts == ("gpu-node-004",)
+    assert finding.attribution == "hardware"
