@@ -289,7 +289,7 @@ def _from_cascades(
     cascades: Sequence[MatchGroup], hints: Sequence[MatchGroup], ctx: DiagnosisContext
 ) -> Interruption:
     hangs = [f for f in cascades if f.category is Category.NCCL_TIMEOUT_HANG]
-    if hangs:
+    if hangs and not _network_failed_first(hangs, cascades):
         return _hang(hangs, cascades, hints, ctx)
     ordered = sorted(
         cascades,
@@ -317,8 +317,26 @@ def _from_cascades(
     )
 
 
+# The process group taking its process down "after an error or timeout": it says neither.
+_TEARDOWN_ONLY = frozenset({"nccl_abort_aftermath"})
+
+
+def _network_failed_first(hangs: Sequence[MatchGroup], cascades: Sequence[MatchGroup]) -> bool:
+    """No collective timed out (only the teardown that follows an error or a timeout), and the
+    network's errors came before it: the collectives failed on the network, they did not hang."""
+    if any(f.signature not in _TEARDOWN_ONLY for f in hangs):
+        return False
+    first_hang = min(f.first_line for f in hangs)
+    return any(
+        f.category is Category.INTERCONNECT_NETWORK and f.first_line < first_hang for f in cascades
+    )
+
+
 # What a hang's first timeout waited on, where it is not NCCL's collectives.
-_WAITED_ON = {"device_stream_timeout": "An accelerator stream's tasks"}
+_WAITED_ON = {
+    "device_stream_timeout": "An accelerator stream's tasks",
+    "expert_dispatch_timeout": "An expert-parallel dispatch or combine",
+}
 
 
 def _hang(

@@ -48,8 +48,10 @@ _STARTUP = compile_re(
     r"connectFullMesh|jax\.distributed\.initialize|PjRT_Client_Connect|"
     # Paddle's, Horovod's, DeepSpeed's and Ascend HCCL's set-up of the group and its links.
     r"init_parallel_env|hvd\.init\(|init_distributed|HcclCommInit|LinkEstablish|"
-    # A task registering with JAX's (TensorFlow's) coordination service joins the job.
-    r"CoordinationService/RegisterTask|"
+    # A task registering with JAX's (TensorFlow's) coordination service joins the job, and the
+    # service's barrier that waits for every task to register is start-up's.
+    r"CoordinationService/RegisterTask|Wait_for_all_tasks_to_register|"
+    r"cluster registration failed|"
     # The first collective of a process group (sequence number 1), or a timeout report that no
     # collective ever completed: its ranks never met once, so no step can have run on it.
     r"WorkNCCL\(SeqNum=1,|last completed NCCL work: (?:-1|0)\b|"
@@ -141,6 +143,10 @@ def checkpoint_line(lines: Sequence[str], failed_at: int | None) -> int | None:
 # A finite gradient norm, as the lines that report a NaN one print it.
 _FINITE_GRAD_NORM = compile_re(r"(?i)grad[ _]norm['\"]?\s*[:=]\s*['\"]?[-+]?\d")
 _BARRIER_COMPLETED = compile_re(r"Completed store-based barrier for key")
+# A connection a transport reports made after its retries.
+_CONNECTED_AFTER_RETRIES = compile_re(
+    r"(?i)\bconnected after \d+ (?:retries|attempts)|connection established after \d+"
+)
 # Failure signatures a later line shows the job got past: that line's pattern, why it is
 # benign then (from the last failing line and the one that got past it), and a summary.
 _GOT_PAST = {
@@ -157,6 +163,13 @@ _GOT_PAST = {
         "The store-based barrier waited for ranks up to line {bad} and completed at line "
         "{back}: some ranks were slow to start, and all joined.",
         "a start-up barrier that completed",
+    ),
+    # Connection retries that end in a connection are how a slow peer's listener is met.
+    "connect_retrying": (
+        _CONNECTED_AFTER_RETRIES,
+        "A connection was retried up to line {bad} and made at line {back}: the retries "
+        "were recovered.",
+        "connection retries that connected",
     ),
 }
 

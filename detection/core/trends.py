@@ -6,6 +6,7 @@ They come back as match groups, so the diagnosis weighs them like any signature'
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from detection.core.constants import Role, Severity
@@ -16,7 +17,7 @@ from detection.core.detectors.divergence import (
     diverged,
 )
 from detection.core.progress import parse_progress
-from detection.core.signatures.entries import NAN
+from detection.core.signatures.entries import NAN, NODE_FAILED, SCHED
 from detection.core.signatures.fields import extract_fields, strip_prefixes
 from detection.core.signatures.model import MatchGroup, classify, compile_re
 from detection.core.signatures.refiners import OVERFLOW_FLOOR
@@ -46,6 +47,7 @@ def trend_findings(lines: Sequence[str]) -> list[MatchGroup]:
         loss_missing(lines),
         gradients_exploded(lines),
         duplicate_rank_at_init(lines),
+        ray_node_died(lines),
     ]
     return [group for group in found if group is not None]
 
@@ -56,8 +58,9 @@ SKIPPED_STEPS = "every_step_skipped"
 # DeepSpeed's OVERFLOW lines say more (the loss scale) and have their own signature.
 _SKIPPED_STEP = compile_re(
     r"(?i)(?:nan|inf|non-?finite|overflow)[^\n]{0,60}skipping\b"
-    r"|skipping (?:this |the )?(?:step|update|batch|iteration)[^\n]{0,60}"
-    r"(?:nan|inf|non-?finite|overflow)"
+    # Marian counts the update it drops ("skipping 12-th update due to loss being nan").
+    r"|skipping (?:this |the )?(?:\d{1,9}(?:-?(?:st|nd|rd|th))? )?(?:step|update|batch|iteration)"
+    r"[^\n]{0,60}(?:nan|inf|non-?finite|overflow)"
 )
 # One skip is loss scaling at work; this many in a row with no step taken between is a run
 # that no longer trains.
@@ -337,4 +340,49 @@ def duplicate_rank_at_init(lines: Sequence[str]) -> MatchGroup | None:
             what = f"Global rank {found['rank']} was initialised twice"
             return _group(lines, DUPLICATE_RANK, _DUPLICATE, line_no, what, ())
         seen.add(found["rank"])
+    return None
+
+
+RAY_NODE_DIED = "ray_node_died"
+# Ray's report that an actor or task was lost with its node (the node itself died: its raylet
+# crashed, the host went down), in the words of its releases.
+_RAY_NODE_DIED = compile_re(
+    r"(?:actor is dead|actor died) because its node has died"
+    r"|Task failed (?:due to the node[^\n]{0,60}dying|because the node it was running on is dead)"
+)
+# The node, where Ray's line names it, or the ``ip:`` field of the actor's record above it.
+_RAY_NODE_IP = compile_re(r"Node IP:? (?P<host>[0-9A-Fa-f][\w.:-]{0,253}[\w])")
+_RAY_ACTOR_IP = compile_re(r"^\s*ip: (?P<host>[0-9A-Fa-f][\w.:-]{0,253}[\w])\s*$")
+# How far back an actor's record starts (its class, id, pid, namespace and ip fields).
+_RAY_RECORD_LINES = 10
+# A node Ray's autoscaler or the cloud ended on purpose (a drain, a preemption) is no fault.
+_RAY_NODE_EXPECTED = compile_re(r"terminated expectedly|(?i:preempted)")
+
+
+def ray_node_died(lines: Sequence[str]) -> MatchGroup | None:
+    """An actor or task lost because its node died: that node is at fault, named by Ray's
+    line or by the ``ip:`` field of the actor's record printed just before it."""
+    for line_no, line in enumerate(lines, start=1):
+        if _RAY_NODE_DIED.search(line) is None:
+            continue
+        # Ray's next line says how the node went, when it knows.
+        said = lines[line_no - 1 : line_no + 2]
+        if any(_RAY_NODE_EXPECTED.search(text) is not None for text in said):
+            what = "Ray lost an actor or task with a node that was ended on purpose"
+            return _group(lines, RAY_NODE_DIED, SCHED, line_no, what, ())
+        host = _ray_node_ip(lines, line_no)
+        what = "An actor or task was lost because its node died"
+        group = _group(lines, RAY_NODE_DIED, NODE_FAILED, line_no, what, ())
+        return dataclasses.replace(group, hosts=(host,) if host else ())
+    return None
+
+
+def _ray_node_ip(lines: Sequence[str], line_no: int) -> str | None:
+    named = _RAY_NODE_IP.search(lines[line_no - 1])
+    if named is not None:
+        return named["host"]
+    for number in range(line_no - 1, max(0, line_no - 1 - _RAY_RECORD_LINES), -1):
+        field = _RAY_ACTOR_IP.search(lines[number - 1])
+        if field is not None:
+            return field["host"]
     return None

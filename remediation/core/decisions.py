@@ -164,6 +164,16 @@ FIXES: Mapping[str, str] = {
         "the libfabric provider (EFA) cannot set up NCCL's resources: check the EFA driver and "
         "aws-ofi-nccl versions, the instance's EFA-enabled security group and FI_* settings"
     ),
+    "duplicate_gpu_per_rank": (
+        "two ranks were started on the same GPU: set each process's device from its local "
+        "rank (torch.cuda.set_device(LOCAL_RANK)), leave CUDA_VISIBLE_DEVICES to the launcher, "
+        "and start no more processes per node than it has GPUs"
+    ),
+    "collective_usage_refused": (
+        "the collective library refuses how the program calls it: change the calls it does "
+        "not support (several sends to one peer in one group: batched point-to-point off, "
+        "such as the pipeline's disable_batch_p2p_comm) or update the library"
+    ),
     "nccl_collective_mismatch": (
         "the ranks disagree on a collective's size: make every node run the same code, "
         "configuration and NCCL version (and the same NCCL_* environment)"

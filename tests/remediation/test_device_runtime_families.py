@@ -273,3 +273,91 @@ def test_a_completion_without_error_stays_benign() -> None:
 def test_a_stream_timeout_setting_printed_at_start_stays_benign() -> None:
     got = decided("[INFO] RUNTIME stream sync timeout set to 1836 s", *STEPS)
     assert verdict(got) == ("benign", "none")
+
+
+# An expert-parallel library's dispatch or combine that waits for its peers' tokens past its
+# timeout hangs like a collective; the cause is another rank or the fabric.
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[rank17]: RuntimeError: DeepEP error: timeout (combine CPU)",
+        "DeepEP dispatch NVL receiver timeout, channel: 3, RDMA: 0, nvl: 2, src NVL: 5",
+        "DeepEP combine forwarder timeout (RDMA check), channel: 7, RDMA: 1, nvl: 4",
+    ],
+)
+def test_an_expert_dispatch_that_times_out_after_training_ran_restarts_as_a_hang(
+    line: str,
+) -> None:
+    got = decided(*STEPS, line)
+    assert verdict(got) == ("nccl_timeout_hang", "restart")
+    assert got["kind"] == "hang"
+
+
+def test_an_expert_dispatch_that_completes_stays_benign() -> None:
+    got = decided(*STEPS, "DeepEP dispatch done in 0.8 ms (timeout 100 s), 4096 tokens")
+    assert verdict(got) == ("benign", "none")
+
+
+# A vendor collective library refusing how the program calls it: the same code is refused again.
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[10:01:02][node3][77][ERR][BKCL][p2p.cpp:210] BKCL does not support recv from one "
+        "peer twice in one group",
+        "[ERR][BKCL][bkcl.cpp:88] bkcl_all_reduce: datatype not supported for this op",
+        "OSError: (External) BKCL error(1), BKCL_INVALID_ARGUMENT.",
+    ],
+)
+def test_a_collective_library_refusing_the_programs_calls_stops(line: str) -> None:
+    assert verdict(decided(*STEPS, line)) == ("application_error", "stop")
+
+
+def test_bkcl_debug_lines_about_its_groups_stay_benign() -> None:
+    got = decided(
+        "[DBG][BKCL][init.cpp:1394] myrank 2, recv 0 from 1, send 4096 to 3",
+        "[WARN][BKCL][globals.cpp:51] set BKCL timeout to 600 seconds",
+        *STEPS,
+    )
+    assert verdict(got) == ("benign", "none")
+
+
+# An abort that says only "failed or timed out", after NCCL's socket layer returned errors and
+# with no collective timing out: the collectives failed on the network, they did not hang.
+
+_ABORT = (
+    "[rank2]:[E101 10:00:00.1 ProcessGroupNCCL.cpp:684] [Rank 2] Some NCCL operations have "
+    "failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU "
+    "operations might run on corrupted/incomplete data."
+)
+
+
+def test_socket_layer_errors_before_an_abort_are_the_networks_and_restart() -> None:
+    got = decided(
+        *STEPS,
+        "gpu-a:1201:1300 [2] NCCL INFO misc/socket.cc:540 -> 6",
+        "gpu-a:1201:1300 [2] NCCL INFO socket.cc:47 -> 6",
+        _ABORT,
+    )
+    assert verdict(got) == ("interconnect_network", "restart")
+    assert got["kind"] == "crash"
+
+
+def test_an_abort_after_a_collective_timed_out_is_still_a_hang() -> None:
+    got = decided(
+        *STEPS,
+        "gpu-a:1201:1300 [2] NCCL INFO misc/socket.cc:540 -> 6",
+        "[rank2]:[E101 10:00:00.0 ProcessGroupNCCL.cpp:607] [Rank 2] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=90, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, "
+        "Timeout(ms)=600000) ran for 600010 milliseconds before timing out.",
+        _ABORT,
+    )
+    assert verdict(got) == ("nccl_timeout_hang", "restart")
+
+
+def test_a_socket_trace_returning_success_is_not_an_error() -> None:
+    got = decided(*STEPS, "gpu-a:1201:1300 [2] NCCL INFO misc/socket.cc:540 -> 0")
+    assert verdict(got) == ("benign", "none")

@@ -292,3 +292,24 @@ def test_the_fused_optimizers_first_skips_from_a_high_scale_are_nothing() -> Non
         "[INFO] [logging.py:96:log_dist] [Rank 0] step=2, skipped=1, lr=[1e-4]",
     )
     assert got["category"] == "benign"
+
+
+# Updates dropped one after another because the loss is NaN: the run no longer trains, and
+# the crash that may follow is its consequence (divergence is the root: stop).
+
+
+def test_updates_skipped_in_a_row_for_a_nan_loss_stop_before_a_later_crash() -> None:
+    got = decided(
+        *(f"[train] skipping {n}th update, the loss became NaN" for n in range(20, 25)),
+        "Error: CUDA error 700 'an illegal memory access was encountered' in copy kernel",
+    )
+    assert (got["category"], got["action"]) == ("numerical_divergence", "stop")
+
+
+def test_one_update_skipped_for_a_nan_loss_is_loss_scaling_at_work() -> None:
+    got = decided(
+        "[train] skipping 3-rd update due to loss being nan",
+        "Ep. 1 : Up. 4 : Sen. 2,048 : Cost 7.91 : Time 1.2s",
+        "Ep. 1 : Up. 5 : Sen. 2,560 : Cost 7.85 : Time 1.2s",
+    )
+    assert got["category"] == "benign"

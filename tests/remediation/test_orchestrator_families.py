@@ -104,3 +104,103 @@ def test_an_orchestrator_reporting_a_running_job_stays_benign() -> None:
         "PyTorchJob ns/ft-run is running.",
     )
     assert got == ("benign", "none", "none")
+
+
+# The notice a VM's agent relays before the cloud takes spot or preemptible capacity back.
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Mar 02 10:00:00Z w-3 start-worker 2025/03/02 10:00:00 EC2 Metadata Service says "
+        "termination is imminent",
+        "worker-runner: spot termination notice received, draining",
+        "agent: received a preemption notice from the metadata server (30 s left)",
+        '{"EventId": "A1", "EventType": "Preempt", "ResourceType": "VirtualMachine"}',
+    ],
+)
+def test_a_cloud_notice_of_imminent_termination_restarts(line: str) -> None:
+    assert verdict(*STEPS, line) == ("node_or_process_failure", "scheduler", "restart")
+
+
+def test_polling_for_a_termination_notice_stays_benign() -> None:
+    got = verdict(
+        "start-worker 2025/03/02 10:00:00 polling for termination-time",
+        "start-worker: no termination notice; instance healthy",
+        *STEPS,
+    )
+    assert got == ("benign", "none", "none")
+
+
+# Ray saying an actor or task was lost because its node died: the node is at fault, named by
+# Ray's line or by the ``ip:`` field of the actor's record before it.
+
+
+def test_an_actor_lost_with_its_node_takes_the_node_named_in_its_record_out() -> None:
+    found, _ = judge_excerpt(
+        "\n".join(
+            (
+                "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing.",
+                "\tclass_name: Learner",
+                "\tpid: 812",
+                "\tip: 10.4.0.17",
+                "The actor died because its node has died. Node Id: 9a1b2c",
+            )
+        ).encode()
+    )
+    got = found.to_dict()
+    assert (got["category"], got["action"]) == ("node_or_process_failure", "restart_excluding_node")
+    assert got["implicated_hosts"] == ["10.4.0.17"]
+
+
+def test_a_task_lost_with_its_node_takes_the_node_ray_names_out() -> None:
+    found, _ = judge_excerpt(
+        b"ray.exceptions.NodeDiedError: Task failed because the node it was running on is dead "
+        b"or unavailable. Node IP: 10.4.0.9, node ID: 77ab"
+    )
+    got = found.to_dict()
+    assert got["action"] == "restart_excluding_node"
+    assert got["implicated_hosts"] == ["10.4.0.9"]
+
+
+def test_an_actor_lost_with_a_node_ended_on_purpose_restarts_without_blaming_it() -> None:
+    found, _ = judge_excerpt(
+        b"\tip: 10.4.0.17\n"
+        b"The actor died because its node has died. Node Id: 9a1b2c\n"
+        b"\tthe actor's node was terminated expectedly: received SIGTERM"
+    )
+    got = found.to_dict()
+    assert (got["action"], got["implicated_hosts"]) == ("restart", [])
+
+
+# An MPI launcher or process losing a remote daemon or peer, with no cause: restart; a cause
+# logged beside it comes first.
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        (
+            "PRTE has lost communication with a remote daemon.",
+            "  Remote daemon: [prterun-n1-77@0,3] on node gpu-n4",
+        ),
+        ("ORTE has lost communication with its daemon located on node:", "  hostname:  n9"),
+        ("An MPI communication peer process has unexpectedly disconnected.  This",),
+        (
+            "[mpiexec@n0] control_cb (pm/pmiserv/pmiserv_cb.c:208): assert (!closed) failed",
+            "[mpiexec@n0] HYDT_dmxu_poll_wait_for_event (tools/demux/demux_poll.c:77): callback "
+            "returned error status",
+        ),
+    ],
+)
+def test_an_mpi_launcher_losing_a_peer_with_no_cause_restarts(lines: tuple[str, ...]) -> None:
+    assert verdict(*STEPS, *lines) == ("node_or_process_failure", "system_software", "restart")
+
+
+def test_the_peers_own_failure_outranks_the_lost_connection() -> None:
+    got = verdict(
+        *STEPS,
+        "An MPI communication peer process has unexpectedly disconnected.  This",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB",
+    )
+    assert got == ("cuda_oom", "application", "stop")

@@ -37,6 +37,18 @@ KNOWN_BENIGN = (
         "Init-time NCCL warnings about environment variables, plugins and optional libraries.",
     ),
     sig(
+        "nccl_warn_advisory",
+        # Start-up advice from NCCL, RCCL or a net plugin about the host's set-up (a kernel
+        # parameter or variable it recommends, a socket's CPU it cannot read): nothing failed;
+        # a failure that follows is read from its own lines.
+        r"NCCL WARN (?:Missing \"[^\"\n]{1,80}\" from (?:the )?(?:kernel command line|environment)"
+        r"|[^\n]{0,200}\b(?:can|may|could) lead to (?:low|reduced|poor)[^\n]{0,40} performance"
+        r"|Cannot get incoming CPU)",
+        BENIGN,
+        "Advisory NCCL/RCCL warnings about the host's set-up (recommended kernel parameters or "
+        "environment, a socket's CPU it cannot read).",
+    ),
+    sig(
         "container_read_only_noise",
         r"^(?:/usr/bin/|/bin/)?(?:rm|mkdir|ln|cp|mv|touch|chmod|chown): cannot [a-z ]{1,40}"
         r" '[^'\n]{0,512}': Read-only file system",

@@ -341,6 +341,26 @@ NETWORK = (
         refine=flood,
     ),
     sig(
+        "connect_retrying",
+        # A transport still retrying to connect or accept (NCCL's socket layer, the FastSocket
+        # plugin): a failure only if no connection follows (``shape`` reads the one that does).
+        r"Maximum retry reached for (?:accept|connect)\b"
+        r"|(?i:\bconnect(?:ion)?\b[^\n]{0,160}\b(?:refused|timed out|unreachable)"
+        r"[,;:]? retrying\b)",
+        NET_CASCADE,
+        "A connection between ranks is still being retried.",
+        refine=flood,
+    ),
+    sig(
+        "nccl_socket_error_trace",
+        # NCCL's trace of an error returned through its socket layer: a socket between ranks
+        # failed (reset, closed or refused), though its WARN line may be on another rank.
+        r"NCCL INFO (?:misc/)?socket\.cc:\d{1,6} -> [1-9]\b",
+        NET_CASCADE,
+        "NCCL's socket layer returned an error (a connection between ranks failed).",
+        refine=flood,
+    ),
+    sig(
         "nccl_remote_error",
         r"(?i)remote process exited or there was a network error|ncclRemoteError"
         r"|Connection closed by remote peer"
@@ -419,6 +439,10 @@ NETWORK = (
         # the agent left in error by it; Ascend's HCCL building its links between ranks.
         r"|while calling /tensorflow\.CoordinationService/(?:RegisterTask|WaitForAllTasks)"
         r"|Coordination service agent in error status: (?:DEADLINE_EXCEEDED|UNAVAILABLE)"
+        # The service's own side: its start-up barrier that every task must register at
+        # timed out, and it stops (tasks that crashed, were never scheduled, or came late).
+        r"|(?i:coordination service as cluster registration failed)"
+        r"|Barrier timed out\.? [^\n]{0,40}\[Init\]Wait_for_all_tasks_to_register"
         # gRPC's own words for a coordinator nothing listens on (JAX's distributed client).
         r"|UNAVAILABLE: ?failed to connect to all addresses"
         r"|EI0006\b[^\n]*(?i:socket)|(?i:getting socket times out)"

@@ -95,6 +95,27 @@ CUDA = (
 
 COLLECTIVES = (
     sig(
+        "duplicate_gpu_per_rank",
+        # NCCL (RCCL alike) finds two ranks of one communicator on the same GPU: the launch
+        # gave several processes one device (no set_device by local rank, a wrong
+        # CUDA_VISIBLE_DEVICES, more processes per node than GPUs). Every launch repeats it.
+        r"Duplicate GPU detected ?: ?rank \d{1,6} and rank \d{1,6} both on (?:CUDA |HIP )?device",
+        APP_FATAL,
+        "Two ranks of one communicator were started on the same GPU (the launch's device mapping).",
+        refine=flood,
+    ),
+    sig(
+        "collective_usage_refused",
+        # A vendor collective library (Kunlun's BKCL) refusing how the program calls it: a
+        # pattern of calls or an argument it does not support, which the same code repeats.
+        r"\[ERR\]\[BKCL\][^\n]{0,200}(?i:\b(?:dont|don't|do not|does not|doesn't|not) support)"
+        r"|\bBKCL_INVALID_ARGUMENT\b",
+        APP_FATAL,
+        "A collective library (BKCL) refused the program's calls (a usage or argument it does "
+        "not support).",
+        refine=flood,
+    ),
+    sig(
         "nccl_invalid_usage",
         r"ncclInvalidUsage|invalid usage \(run with NCCL_DEBUG|ncclInvalidArgument",
         APP_FATAL,
@@ -126,6 +147,16 @@ COLLECTIVES = (
         "A collective did not finish in time (PyTorch's NCCL watchdog, its flight recorder or "
         "NCCL's RAS).",
         refine=refine_watchdog,
+    ),
+    sig(
+        "expert_dispatch_timeout",
+        # An expert-parallel communication library (DeepEP) gave up waiting in its dispatch or
+        # combine: tokens from peer ranks never arrived, a collective hang like NCCL's
+        # watchdog timeout, the cause (a stuck or slow peer, the fabric) elsewhere.
+        r"DeepEP (?:error: [^\n]{0,40}\btimeout\b|[\w -]{0,60}\btimeout\b)",
+        classify(K.HANG, C.NCCL_TIMEOUT_HANG, A.SYSTEM_SOFTWARE, R.CASCADE, False, S.ERROR),
+        "An expert-parallel dispatch or combine (DeepEP) timed out waiting for its peers.",
+        refine=flood,
     ),
     sig(
         "device_stream_timeout",

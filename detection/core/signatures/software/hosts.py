@@ -179,7 +179,13 @@ HOSTS_AND_SCHEDULERS = (
         # capacity back: the job was well; run it again on new capacity.
         r"(?i:\b(?:cluster|instance|node|vm|tpu(?: vm)?|spot (?:instance|cluster|vm))"
         r"(?: [\w.-]{1,64})? (?:is|was|has been|got) (?:preempted|reclaimed)\b)"
-        r"|compute\.instances\.preempted|(?i:spot instance interruption)",
+        r"|compute\.instances\.preempted|(?i:spot instance interruption)"
+        # The notice before the capacity goes, as a VM's agent relays the metadata service
+        # (GCP's preemption, EC2's instance action, Azure's scheduled Preempt event).
+        r"|(?i:\btermination is imminent\b)"
+        r"|(?i:\b(?:spot|preemption|preemptible)(?: instance| vm)? (?:termination|interruption)"
+        r" notice\b)|(?i:received (?:a |the )?preemption notice)"
+        r"|\bEventType\W{1,4}Preempt\b",
         SCHED,
         "The cloud reclaimed the job's spot or preemptible capacity.",
         refine=flood,
@@ -205,6 +211,19 @@ HOSTS_AND_SCHEDULERS = (
         classify(K.CRASH, C.APPLICATION_ERROR, A.APPLICATION, R.INITIATING, False, S.WARNING),
         "The training container exited with an error status of its own (not a signal): the "
         "program failed, and its own log says why.",
+        refine=flood,
+    ),
+    sig(
+        "mpi_peer_lost",
+        # An MPI launcher (Open MPI's ORTE or PRRTE, MPICH's hydra) or an MPI process losing
+        # its connection to a remote daemon or peer: the peer's host or process went away, and
+        # the line does not say why; a cause logged anywhere beside it comes first.
+        r"\b(?:ORTE|PRRTE|PRTE) has lost communication with (?:a remote daemon|its daemon)"
+        r"|An MPI communication peer process has unexpectedly disconnected"
+        r"|control_cb \(pm/pmiserv/pmiserv_cb\.c:\d{1,6}\): assert \(!closed\) failed",
+        PROC_KILLED,
+        "The MPI launcher or a process lost a remote daemon or peer (its host or process went "
+        "away; the cause is not in this line).",
         refine=flood,
     ),
     sig(
