@@ -15,7 +15,7 @@ from django.db import models
 from .core.outbound import secret_key_problems
 from .core.registration import name_problem, partitions_problems, scheduler_problems
 from .core.scheduler import TERMINAL_JOB_STATES, JobState, NodeState
-from .outbound import secret_store
+from .outbound import allowed_hosts, secret_store
 
 # A cluster's settings documents belong to the floors above (the policy to remediation, the
 # telemetry to detection). Each registers its check here from its AppConfig.ready(), so a bad
@@ -85,7 +85,7 @@ class Cluster(models.Model):
 
     def _scheduler_problems(self) -> list[str]:
         store = secret_store()
-        problems = scheduler_problems(self.scheduler, store)
+        problems = scheduler_problems(self.scheduler, store, allowed_hosts())
         if isinstance(self.scheduler, dict):
             # Secrets anywhere else in the document (the ssh section checks its own).
             rest = {k: v for k, v in self.scheduler.items() if k != "ssh"}

@@ -272,7 +272,8 @@ if CYCLE_LEASE_SECONDS < CYCLE_BUDGET_SECONDS:
 # Settings documents name secrets by reference (README, "Secrets and outbound connections"):
 # {"env": NAME} reads a variable whose name starts with SECRET_ENV_PREFIX, {"file": NAME} a file
 # inside SECRETS_DIR (empty: no file references). OUTBOUND_ALLOWED_HOSTS limits the hosts
-# telemetry sources and webhooks connect to (exact names or *.domain; empty: any).
+# telemetry sources, webhooks and the scheduler's SSH transport connect to (exact names or
+# *.domain; empty: any).
 SECRET_ENV_PREFIX = env.str("SECRET_ENV_PREFIX", default="RC_SECRET_")
 if not re.fullmatch(r"[A-Z][A-Z0-9_]*_", SECRET_ENV_PREFIX):
     raise ImproperlyConfigured(

@@ -9,7 +9,7 @@ the key and known_hosts it names under SECRETS_DIR).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,8 +18,9 @@ from detection.models import Anomaly, SourceCursor
 from detection.services import cluster_sources
 from detection.sources import SourceUnavailable
 from fleet.core.outbound import SecretStore, SecretUnavailable
+from fleet.core.registration import ssh_host_problem
 from fleet.models import Attempt, Cluster
-from fleet.outbound import secret_store
+from fleet.outbound import allowed_hosts, secret_store
 from remediation.controller import (
     LocalTransport,
     SlurmClient,
@@ -66,12 +67,18 @@ def check_cluster(
     return checkup.report(seen)
 
 
-def scheduler_transport(document: dict[str, Any], secrets: SecretStore) -> Transport:
-    """How the console reaches the scheduler the document names."""
+def scheduler_transport(
+    document: dict[str, Any], secrets: SecretStore, allowed: Sequence[str] = ()
+) -> Transport:
+    """How the console reaches the scheduler the document names. Its SSH host is checked
+    against ``allowed`` (OUTBOUND_ALLOWED_HOSTS) before every connection, not only when the
+    document was saved: the site may have narrowed the list since."""
     env = {"SLURM_CONF": document["slurm_conf"]} if document.get("slurm_conf") else {}
     if document.get("transport", "local") != "ssh":
         return LocalTransport(env)
     ssh = document["ssh"]
+    if problem := ssh_host_problem(ssh["host"], allowed):
+        raise TransportError(f"{ssh['user']}@{ssh['host']}", problem)
     return SshTransport(
         f"{ssh['user']}@{ssh['host']}",
         identity_file=secrets.path(ssh["key"]),
@@ -91,7 +98,7 @@ def read_scheduler(cluster: Cluster) -> checkup.SchedulerRead:
         # Said at once: Slurm's commands would first spend half a minute looking for it in DNS.
         return checkup.SchedulerRead(target="local", error=f"slurm_conf {conf} is not a file here")
     try:
-        transport = scheduler_transport(cluster.scheduler, secret_store())
+        transport = scheduler_transport(cluster.scheduler, secret_store(), allowed_hosts())
         target = transport.target
         slurm = SlurmClient(transport)
         snapshot = slurm.snapshot()

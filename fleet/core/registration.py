@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .outbound import SecretStore, is_reference
+from .outbound import SecretStore, host_allowed, is_reference
 
 SCHEDULER_BACKENDS = ("simulated", "slurm")
 TRANSPORTS = ("local", "ssh")
@@ -63,8 +63,12 @@ def partitions_problems(value: object) -> list[str]:
     ]
 
 
-def scheduler_problems(document: object, secrets: SecretStore) -> list[str]:
-    """Every problem of a scheduler document, each naming its key (empty: none)."""
+def scheduler_problems(
+    document: object, secrets: SecretStore, allowed_hosts: Sequence[str] = ()
+) -> list[str]:
+    """Every problem of a scheduler document, each naming its key (empty: none). An SSH host
+    must be one of ``allowed_hosts`` (the site's OUTBOUND_ALLOWED_HOSTS; empty: any), as a
+    telemetry URL must: the console connects to it."""
     if not isinstance(document, dict):
         return ["must be a JSON object"]
     backend = document.get("backend", "simulated")
@@ -82,13 +86,13 @@ def scheduler_problems(document: object, secrets: SecretStore) -> list[str]:
     if conf is not None and (not isinstance(conf, str) or not conf.startswith("/")):
         problems.append("slurm_conf must be an absolute path on the scheduler's host")
     if transport == "ssh":
-        problems += _ssh_problems(document.get("ssh"), secrets)
+        problems += _ssh_problems(document.get("ssh"), secrets, allowed_hosts)
     elif "ssh" in document:
         problems.append('ssh is read only with "transport": "ssh"')
     return problems
 
 
-def _ssh_problems(ssh: object, secrets: SecretStore) -> list[str]:
+def _ssh_problems(ssh: object, secrets: SecretStore, allowed_hosts: Sequence[str]) -> list[str]:
     if not isinstance(ssh, dict):
         return ['ssh must be a JSON object with host, user, key and known_hosts for "ssh"']
     problems = [f"ssh.{p}" for p in _unknown(ssh, SSH_KEYS, "ssh")]
@@ -97,6 +101,8 @@ def _ssh_problems(ssh: object, secrets: SecretStore) -> list[str]:
     ]
     if "host" in ssh and not (isinstance(ssh["host"], str) and HOST.match(ssh["host"])):
         problems.append("ssh.host must be a host name or address")
+    elif "host" in ssh and (problem := ssh_host_problem(ssh["host"], allowed_hosts)):
+        problems.append(f"ssh.host: {problem}")
     if "user" in ssh and not (isinstance(ssh["user"], str) and USER.match(ssh["user"])):
         problems.append("ssh.user must be a user name (lower case, digits, _ . -)")
     port = ssh.get("port", 22)
@@ -106,6 +112,13 @@ def _ssh_problems(ssh: object, secrets: SecretStore) -> list[str]:
         if key in ssh and (problem := _file_reference_problem(ssh[key], secrets)):
             problems.append(f"ssh.{key}: {problem}")
     return problems
+
+
+def ssh_host_problem(host: str, allowed_hosts: Sequence[str]) -> str | None:
+    """Checked when saved and again before each connection (the allowed hosts may change)."""
+    if host_allowed(host.strip("[]"), allowed_hosts):
+        return None
+    return f"host {host} is not in OUTBOUND_ALLOWED_HOSTS"
 
 
 def _file_reference_problem(ref: object, secrets: SecretStore) -> str | None:

@@ -136,3 +136,24 @@ def test_a_registration_file_is_json_or_yaml() -> None:
 def test_a_bad_registration_file_says_why(text, problem) -> None:
     with pytest.raises(DocumentError, match=problem):
         registration_from_text(text, yaml.safe_load)
+
+
+@pytest.mark.parametrize(
+    ("host", "allowed", "ok"),
+    [
+        ("slurm-head.example.org", [], True),
+        ("slurm-head.example.org", ["slurm-head.example.org"], True),
+        ("slurm-head.example.org", ["*.example.org"], True),
+        ("SLURM-HEAD.example.org", ["slurm-head.example.org"], True),
+        ("slurm-head.example.org", ["loki.example.org"], False),
+        ("10.0.0.9", ["*.example.org"], False),
+        ("[fd00::9]", ["fd00::9"], True),
+    ],
+)
+def test_an_ssh_scheduler_host_must_be_an_allowed_outbound_host(host, allowed, ok, secrets) -> None:
+    document = {"backend": "slurm", "transport": "ssh", "ssh": {**SSH, "host": host}}
+    problems = scheduler_problems(document, secrets, allowed)
+    if ok:
+        assert problems == []
+    else:
+        assert problems == [f"ssh.host: host {host} is not in OUTBOUND_ALLOWED_HOSTS"]
